@@ -1,0 +1,26 @@
+# largeprompt: figure pipeline for "Softmax as Linear Attention in the Large-Prompt Regime"
+# (Boursier & Boyer, ICML 2026). Five stages: data -> train -> infinite -> bounds -> figures.
+# Run `snakemake --cores 2`; see README.md.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/data.smk"
+include: "workflow/rules/bounds.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    input:
+        all_figures(),
+    default_target: True

@@ -1,0 +1,103 @@
+"""Config validation with errors that name the key and the allowed range (SPEC §3.3, §5).
+
+The JSON-schema in ``workflow/schemas/config.schema.yaml`` is the single source of truth for
+types, ranges and defaults. ``check_config`` runs it and turns every violation into one line
+``config key 'a.b.c' = VALUE: PROBLEM (allowed: RANGE)``; cross-key rules that a schema cannot
+express (matching lengths, say) follow.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names each offending key."""
+
+
+def load_schema(path: str | Path) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def _key(path) -> str:
+    parts = []
+    for p in path:
+        if isinstance(p, int):
+            parts[-1] = f"{parts[-1]}[{p}]" if parts else f"[{p}]"
+        else:
+            parts.append(str(p))
+    return ".".join(parts) if parts else "<top level>"
+
+
+def allowed_range(node: dict) -> str:
+    """A short human description of what a schema node accepts."""
+    if "enum" in node:
+        return "one of " + ", ".join(json.dumps(v) for v in node["enum"])
+    kind = node.get("type", "value")
+    if kind == "array":
+        item = node.get("items", {})
+        bits = [f"a list of {allowed_range(item)}" if item else "a list"]
+        if "minItems" in node or "maxItems" in node:
+            bits.append(f"with {node.get('minItems', 0)} to {node.get('maxItems', '∞')} entries")
+        if node.get("uniqueItems"):
+            bits.append("no repeats")
+        return " ".join(bits)
+    if kind == "object":
+        props = node.get("properties", {})
+        return "a mapping with keys " + ", ".join(props) if props else "a mapping"
+    lo = "[" + str(node["minimum"]) if "minimum" in node else ("(" + str(node["exclusiveMinimum"]) if "exclusiveMinimum" in node else "(-∞")
+    hi = str(node["maximum"]) + "]" if "maximum" in node else (str(node["exclusiveMaximum"]) + ")" if "exclusiveMaximum" in node else "∞)")
+    if lo == "(-∞" and hi == "∞)":
+        return f"{kind}"
+    return f"{kind} in {lo}, {hi}"
+
+
+def schema_errors(config: dict, schema: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema)
+    lines = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = _key(err.absolute_path)
+        if err.validator == "required":
+            missing = err.message.split("'")[1] if "'" in err.message else err.message
+            sub = err.schema.get("properties", {}).get(missing, {})
+            full = f"{key}.{missing}" if err.absolute_path else missing
+            lines.append(f"config key '{full}' is missing (allowed: {allowed_range(sub)})")
+        elif err.validator == "additionalProperties":
+            allowed = ", ".join(err.schema.get("properties", {}))
+            lines.append(f"config key under '{key}': {err.message} (allowed keys: {allowed})")
+        else:
+            lines.append(
+                f"config key '{key}' = {json.dumps(err.instance)}: {err.message} (allowed: {allowed_range(err.schema)})"
+            )
+    return lines
+
+
+def cross_key_errors(config: dict) -> list[str]:
+    """Rules between keys that the schema cannot state."""
+    lines = []
+    affine = config.get("affine_limit", {})
+    ray = affine.get("ray", {})
+    if "direction" in ray and "gaussian_mean" in affine and len(ray["direction"]) != len(affine["gaussian_mean"]):
+        lines.append(
+            f"config key 'affine_limit.gaussian_mean' has {len(affine['gaussian_mean'])} entries but "
+            f"'affine_limit.ray.direction' has {len(ray['direction'])}; both are the token dimension D and must match"
+        )
+    if "direction" in ray and not any(float(x) != 0.0 for x in ray["direction"]):
+        lines.append("config key 'affine_limit.ray.direction' must not be the zero vector")
+    return lines
+
+
+def check_config(config: dict, schema_path: str | Path) -> None:
+    """Raise ConfigError listing every invalid key, or return None."""
+    lines = schema_errors(config, load_schema(schema_path))
+    if not lines:
+        lines = cross_key_errors(config)
+    if lines:
+        raise ConfigError(
+            "invalid configuration:\n  - " + "\n  - ".join(lines)
+            + "\nFix these keys in config/config.yaml or in the file passed with --configfile."
+        )

@@ -1,0 +1,214 @@
+"""Token measures μ and their cumulant generating functions (SPEC §1, F1; THEORY §A–§B).
+
+Each measure on R^D exposes
+
+* ``sample(n, generator)``: i.i.d. tokens, shape ``[*n, D]``;
+* ``cgf(a)``: K(a) = log E_μ exp⟨a, z⟩, shape ``[...]``;
+* ``cgf_grad(a)``: ∇K(a), the mean of the tilted measure μ_a, shape ``[..., D]``;
+* ``cgf_hess(a)``: ∇²K(a), the covariance of μ_a, shape ``[..., D, D]``.
+
+The infinite-prompt attention is T_μ(z_q) = V ∇K(U z_q) (SPEC F1), so these
+three functions are all the pipeline needs to know about a measure.
+"""
+from __future__ import annotations
+
+import math
+import torch
+
+SQRT3 = math.sqrt(3.0)
+# Below this |x| the Langevin function and its relatives use their Taylor series:
+# the closed forms lose all relative precision to cancellation near 0.
+_SERIES_CUTOFF = 1e-2
+
+
+def _shape(n) -> tuple[int, ...]:
+    return (n,) if isinstance(n, int) else tuple(n)
+
+
+def langevin(x: torch.Tensor) -> torch.Tensor:
+    """𝓛(x) = coth x − 1/x, stable at 0 (THEORY §B(ii)); 𝓛(x) = x/3 − x³/45 + 2x⁵/945 − …"""
+    small = x.abs() < _SERIES_CUTOFF
+    safe = torch.where(small, torch.ones_like(x), x)
+    closed = 1.0 / torch.tanh(safe) - 1.0 / safe
+    x2 = x * x
+    series = x * (1.0 / 3.0 - x2 / 45.0 + 2.0 * x2 * x2 / 945.0)
+    return torch.where(small, series, closed)
+
+
+def langevin_derivative(x: torch.Tensor) -> torch.Tensor:
+    """𝓛'(x) = 1/x² − 1/sinh²x, stable at 0 (series 1/3 − x²/15 + 2x⁴/189) and at large |x|."""
+    small = x.abs() < _SERIES_CUTOFF
+    safe = torch.where(small, torch.ones_like(x), x)
+    # 1/sinh² x = 4 e^{-2|x|} / (1 - e^{-2|x|})², overflow-free for large |x|.
+    e = torch.exp(-2.0 * safe.abs())
+    closed = 1.0 / (safe * safe) - 4.0 * e / (1.0 - e) ** 2
+    x2 = x * x
+    series = 1.0 / 3.0 - x2 / 15.0 + 2.0 * x2 * x2 / 189.0
+    return torch.where(small, series, closed)
+
+
+def log_sinhc(x: torch.Tensor) -> torch.Tensor:
+    """log(sinh(x)/x), stable at 0 (series x²/6 − x⁴/180) and for large |x|."""
+    small = x.abs() < _SERIES_CUTOFF
+    ax = torch.where(small, torch.ones_like(x), x).abs()
+    # log sinh|x| = |x| + log(1 − e^{−2|x|}) − log 2
+    closed = ax + torch.log1p(-torch.exp(-2.0 * ax)) - math.log(2.0) - torch.log(ax)
+    x2 = x * x
+    series = x2 / 6.0 - x2 * x2 / 180.0
+    return torch.where(small, series, closed)
+
+
+def log_cosh(x: torch.Tensor) -> torch.Tensor:
+    """log cosh x without overflow: |x| + log1p(e^{−2|x|}) − log 2."""
+    ax = x.abs()
+    return ax + torch.log1p(torch.exp(-2.0 * ax)) - math.log(2.0)
+
+
+def _diag_embed(d: torch.Tensor) -> torch.Tensor:
+    return torch.diag_embed(d)
+
+
+class TokenMeasure:
+    """Base class: a measure on R^dim with an analytic CGF."""
+
+    name = ""
+
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
+        self.dim = int(dim)
+        self.dtype = dtype
+
+    def sample(self, n, generator: torch.Generator | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def cgf(self, a: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def cgf_grad(self, a: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def cgf_hess(self, a: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.cgf_grad(torch.zeros(self.dim, dtype=self.dtype))
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        return self.cgf_hess(torch.zeros(self.dim, dtype=self.dtype))
+
+    def to(self, device) -> "TokenMeasure":  # pragma: no cover - overridden where state exists
+        return self
+
+
+class Gaussian(TokenMeasure):
+    """μ = N(mean, cov): K(a) = aᵀm + ½ aᵀSa, ∇K = m + Sa, ∇²K = S (SPEC F1, THEORY §A)."""
+
+    def __init__(self, mean, cov, *, dtype: torch.dtype = torch.float64):
+        m = torch.as_tensor(mean, dtype=dtype)
+        s = torch.as_tensor(cov, dtype=dtype)
+        if m.ndim != 1 or s.shape != (m.shape[0], m.shape[0]):
+            raise ValueError(f"Gaussian needs mean [D] and cov [D, D]; got {tuple(m.shape)} and {tuple(s.shape)}")
+        if not torch.allclose(s, s.T):
+            raise ValueError("Gaussian covariance must be symmetric")
+        super().__init__(int(m.shape[0]), dtype=dtype)
+        self.name = "gaussian"
+        self.loc = m
+        self.cov = s
+        self._chol = torch.linalg.cholesky(s)  # raises if S is not positive definite
+
+    def to(self, device) -> "Gaussian":
+        g = Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype)
+        return g
+
+    def sample(self, n, generator=None):
+        g = torch.randn(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.loc.device)
+        return self.loc + g @ self._chol.T  # [*n, D]
+
+    def cgf(self, a):
+        return a @ self.loc + 0.5 * ((a @ self.cov) * a).sum(-1)
+
+    def cgf_grad(self, a):
+        return self.loc + a @ self.cov  # S symmetric: (S a)ᵀ = aᵀ S
+
+    def cgf_hess(self, a):
+        return self.cov.expand(*a.shape[:-1], self.dim, self.dim)
+
+
+class Rademacher(TokenMeasure):
+    """i.i.d. ±1 coordinates: K(a) = Σ log cosh aⱼ, ∇K = tanh(a), ∇²K = diag(1 − tanh² a) (F1)."""
+
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
+        super().__init__(int(dim), dtype=dtype)
+        self.name = "rademacher"
+        self.device = torch.device("cpu")
+
+    def to(self, device) -> "Rademacher":
+        r = Rademacher(self.dim, dtype=self.dtype)
+        r.device = torch.device(device)
+        return r
+
+    def sample(self, n, generator=None):
+        bits = torch.randint(0, 2, (*_shape(n), self.dim), generator=generator, device=self.device)
+        return (2 * bits - 1).to(self.dtype)
+
+    def cgf(self, a):
+        return log_cosh(a).sum(-1)
+
+    def cgf_grad(self, a):
+        return torch.tanh(a)
+
+    def cgf_hess(self, a):
+        return _diag_embed(1.0 - torch.tanh(a) ** 2)
+
+
+class Uniform(TokenMeasure):
+    """i.i.d. uniform coordinates on [−√3, √3] (unit variance).
+
+    K(a) = Σ log(sinh(√3 aⱼ)/(√3 aⱼ)), ∇K = √3 𝓛(√3 a), ∇²K = diag(3 𝓛'(√3 a)) (F1, THEORY §B(ii)).
+    """
+
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
+        super().__init__(int(dim), dtype=dtype)
+        self.name = "uniform"
+        self.device = torch.device("cpu")
+
+    def to(self, device) -> "Uniform":
+        u = Uniform(self.dim, dtype=self.dtype)
+        u.device = torch.device(device)
+        return u
+
+    def sample(self, n, generator=None):
+        r = torch.rand(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.device)
+        return SQRT3 * (2.0 * r - 1.0)
+
+    def cgf(self, a):
+        return log_sinhc(SQRT3 * a).sum(-1)
+
+    def cgf_grad(self, a):
+        return SQRT3 * langevin(SQRT3 * a)
+
+    def cgf_hess(self, a):
+        return _diag_embed(3.0 * langevin_derivative(SQRT3 * a))
+
+
+def toeplitz_covariance(dim: int, rho: float, scale: float = 1.0, dtype=torch.float64) -> torch.Tensor:
+    """S_ij = scale · rho^|i−j| (the authors' §6 covariance with rho = 0.5)."""
+    idx = torch.arange(dim)
+    return scale * torch.as_tensor(rho, dtype=dtype) ** (idx[:, None] - idx[None, :]).abs().to(dtype)
+
+
+def make_measure(name: str, dim: int, *, mean=None, cov=None, dtype=torch.float64) -> TokenMeasure:
+    """Build a token measure from its config name ('gaussian', 'rademacher', 'uniform')."""
+    if name == "gaussian":
+        mean = torch.zeros(dim, dtype=dtype) if mean is None else mean
+        cov = torch.eye(dim, dtype=dtype) if cov is None else cov
+        return Gaussian(mean, cov, dtype=dtype)
+    if name == "rademacher":
+        return Rademacher(dim, dtype=dtype)
+    if name == "uniform":
+        return Uniform(dim, dtype=dtype)
+    raise ValueError(f"unknown token measure {name!r}; allowed: 'gaussian', 'rademacher', 'uniform'")
+
+
+MEASURE_NAMES = ("gaussian", "rademacher", "uniform")

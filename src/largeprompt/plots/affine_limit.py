@@ -1,0 +1,46 @@
+"""Figure `affine_limit` (R1, SPEC §3.2): T_{μ_L}(t·e) against the exact limit V ∇K(U t·e)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from ..parquet_io import read_parquet
+from .style import THEORY_STYLE, apply_style, save_figure
+
+TITLES = {
+    "gaussian": ("Gaussian tokens", r"limit $V(m + S\,U z_q)$: affine"),
+    "rademacher": ("Rademacher tokens", r"limit $V\tanh(U z_q)$"),
+    "uniform": ("Uniform tokens", r"limit $V\sqrt{3}\,\mathcal{L}(\sqrt{3}\,U z_q)$"),
+}
+
+
+def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
+    apply_style()
+    data = read_parquet(inputs["result"])
+    measures = list(dict.fromkeys(data["measure"]))
+    fig, axes = plt.subplots(1, len(measures), figsize=(4.2 * len(measures), 3.8), squeeze=False)
+    palette = sns.color_palette("viridis", data["prompt_length"].nunique())
+    for ax, name in zip(axes[0], measures):
+        panel = data[data["measure"] == name]
+        sns.lineplot(
+            data=panel, x="t", y="finite_prompt_output", hue="prompt_length", palette=palette,
+            estimator="mean", errorbar=("pi", 90), ax=ax, legend=ax is axes[0][0],
+        )
+        limit = panel.drop_duplicates("point").sort_values("t")
+        title, formula = TITLES.get(name, (name, "limit"))
+        ax.plot(limit["t"], limit["infinite_prompt_output"], label=formula, **THEORY_STYLE)
+        ax.set_title(title)
+        ax.set_xlabel(r"$t$  (query $z_q = t\,e$)")
+        ax.set_ylabel(r"$T_{\mu_L}(z_q)$" if ax is axes[0][0] else "")
+        lo, hi = limit["infinite_prompt_output"].min(), limit["infinite_prompt_output"].max()
+        pad = 0.35 * (hi - lo)
+        ax.set_ylim(lo - pad, hi + pad)
+        handles, labels = ax.get_legend_handles_labels()
+        if ax is axes[0][0]:
+            labels = [f"L = {lab}" if lab.isdigit() else lab for lab in labels]
+            ax.legend(handles, labels, title="mean, 90% band over prompts", fontsize=8, title_fontsize=8, loc="upper left")
+        else:
+            ax.legend(handles[-1:], labels[-1:], fontsize=8, loc="upper left")
+    fig.suptitle("R1: finite-prompt softmax attention converges to $V\\nabla K(Uz_q)$; only the Gaussian limit is affine", fontsize=11)
+    fig.tight_layout()
+    save_figure(fig, outputs["pdf"], outputs["png"])

@@ -1,0 +1,25 @@
+"""Shared figure style and saving (PDF for the paper, PNG for the report)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+THEORY_STYLE = dict(color="black", linestyle="--", linewidth=1.4)
+
+
+def apply_style() -> None:
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.1)
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "pdf.fonttype": 42})
+
+
+def save_figure(fig, pdf_path: str | Path, png_path: str | Path) -> None:
+    """Save ``fig`` as PDF and PNG (metadata without timestamps, so reruns give identical PDFs)."""
+    Path(pdf_path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(pdf_path, metadata={"CreationDate": None, "ModDate": None})
+    fig.savefig(png_path)
+    plt.close(fig)

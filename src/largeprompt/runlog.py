@@ -1,0 +1,57 @@
+"""Logging, progress bars and thread control for pipeline stages (SPEC §3.1, §5).
+
+A Snakemake script calls :func:`run_stage`; by hand, call the stage function directly.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import traceback
+from typing import Callable, Iterable
+
+import torch
+from tqdm import tqdm
+
+from .parquet_io import plain
+
+
+@contextlib.contextmanager
+def stage_log(log_path: str | None):
+    """Send stdout, stderr (and so tqdm) to ``log_path``; log the traceback of a failure, then re-raise."""
+    if log_path is None:
+        yield sys.stderr
+        return
+    with open(log_path, "w", buffering=1) as log:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            start = time.perf_counter()
+            try:
+                yield log
+            except BaseException:
+                traceback.print_exc(file=log)
+                raise
+            print(f"done in {time.perf_counter() - start:.2f} s", file=log)
+
+
+def progress(iterable: Iterable, desc: str, total: int | None = None):
+    """A tqdm bar that writes plain ASCII lines suitable for a log file."""
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, ascii=True, mininterval=2.0, dynamic_ncols=False, ncols=100)
+
+
+def set_threads(threads: int) -> None:
+    """Pin torch's intra-op threads so parallel jobs do not oversubscribe the cores."""
+    torch.set_num_threads(max(1, int(threads)))
+
+
+def run_stage(smk, stage: Callable) -> None:
+    """Run ``stage(inputs=…, outputs=…, params=…, rule=…)`` from a Snakemake ``script:`` object."""
+    params = plain(dict(smk.params.items()))
+    with stage_log(smk.log[0] if smk.log else None):
+        set_threads(smk.threads)
+        print(f"rule {smk.rule}: threads={smk.threads}, params={params}")
+        stage(
+            inputs=dict(smk.input.items()),
+            outputs=dict(smk.output.items()),
+            params=params,
+            rule=smk.rule,
+        )

@@ -1,0 +1,79 @@
+"""R1 Monte Carlo: finite-prompt attention along a query ray against its exact limit (SPEC §3.2 `affine_limit`).
+
+For each token measure μ, prompt p (its own counter-based stream) and nested prompt length L,
+T_{μ_L}(t·e) is evaluated at every ray point in one streaming pass; the infinite-prompt value
+V ∇K(U t·e) (SPEC F1) is stored next to it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..attention import infinite_prompt_attention, streaming_prompt_attention
+from ..measures import make_measure, toeplitz_covariance
+from ..parquet_io import read_parquet, write_parquet
+from ..provenance import provenance
+from ..runlog import progress
+from ..seeding import stream_generator
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def affine_limit_measure(name: str, dim: int, params: dict, dtype=torch.float64):
+    """The token measure of panel ``name``: N(m, Toeplitz(ρ)) or unit-variance Rademacher/uniform."""
+    if name == "gaussian":
+        cov = toeplitz_covariance(dim, params["gaussian_rho"], dtype=dtype)
+        return make_measure(name, dim, mean=torch.tensor(params["gaussian_mean"], dtype=dtype), cov=cov, dtype=dtype)
+    return make_measure(name, dim, dtype=dtype)
+
+
+def attention_and_value(dim: int, scale: float, dtype=torch.float64):
+    """U = scale·I [D, D] and V = e₁ᵀ [1, D]: the output is the first coordinate of the tilted mean."""
+    attention_matrix = scale * torch.eye(dim, dtype=dtype)
+    value_matrix = torch.zeros(1, dim, dtype=dtype)
+    value_matrix[0, 0] = 1.0
+    return attention_matrix, value_matrix
+
+
+def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit"):
+    """Write results/bounds/affine_limit.parquet: one row per (measure, L, prompt, point)."""
+    dtype = DTYPES[params["dtype"]]
+    queries = read_parquet(inputs["queries"])
+    queries = queries[queries["experiment"] == "affine_limit"].sort_values("point")
+    coords = [c for c in queries.columns if c.startswith("z")]
+    query = torch.tensor(queries[coords].to_numpy(), dtype=dtype)  # [P, D]
+    n_points, dim = query.shape
+    lengths = sorted(int(L) for L in params["prompt_lengths"])
+    n_prompts = int(params["n_prompts"])
+    U, V = attention_and_value(dim, params["attention_scale"], dtype)
+
+    frames = []
+    for name in params["measures"]:
+        measure = affine_limit_measure(name, dim, params, dtype)
+        limit = infinite_prompt_attention(query, measure, U, V)[:, 0].numpy()  # [P]
+        finite = np.empty((n_prompts, len(lengths), n_points))
+        for prompt in progress(range(n_prompts), desc=f"affine_limit {name}"):
+            gen = stream_generator(params["seed"], f"affine_limit/{name}", prompt)
+            out = streaming_prompt_attention(
+                query, measure, lengths[-1], U, V, gen, params["chunk_size"], prefix_lengths=lengths
+            )  # [len(lengths), P, 1]
+            finite[prompt] = out[..., 0].numpy()
+        prompt_idx, length_idx, point_idx = np.meshgrid(
+            np.arange(n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
+        )
+        frames.append(
+            pd.DataFrame(
+                {
+                    "measure": name,
+                    "prompt_length": np.asarray(lengths)[length_idx.ravel()],
+                    "prompt": prompt_idx.ravel(),
+                    "point": point_idx.ravel(),
+                    "t": queries["t"].to_numpy()[point_idx.ravel()],
+                    "finite_prompt_output": finite.ravel(),
+                    "infinite_prompt_output": limit[point_idx.ravel()],
+                }
+            )
+        )
+    frame = pd.concat(frames, ignore_index=True)
+    write_parquet(frame, outputs["result"], provenance(rule, params, seed=params["seed"]))
