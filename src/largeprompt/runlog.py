@@ -43,6 +43,17 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(max(1, int(threads)))
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """The torch device for config value ``device`` (auto | cpu | cuda)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("config key 'device' = \"cuda\" but torch sees no CUDA device; use 'auto' or 'cpu'")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"config key 'device' = {name!r}: allowed auto, cpu, cuda")
+    return torch.device(name)
+
+
 def run_stage(smk, stage: Callable) -> None:
     """Run ``stage(inputs=…, outputs=…, params=…, rule=…)`` from a Snakemake ``script:`` object."""
     params = plain(dict(smk.params.items()))

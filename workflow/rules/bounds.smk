@@ -9,6 +9,7 @@ rule simulate_affine_limit:
     params:
         seed=config["seed"],
         dtype=config["dtype"],
+        device=config["device"],
         measures=config["affine_limit"]["measures"],
         gaussian_mean=config["affine_limit"]["gaussian_mean"],
         gaussian_rho=config["affine_limit"]["gaussian_rho"],

@@ -14,7 +14,7 @@ from ..attention import infinite_prompt_attention, streaming_prompt_attention
 from ..measures import make_measure, toeplitz_covariance
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
-from ..runlog import progress
+from ..runlog import progress, resolve_device
 from ..seeding import stream_generator
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -39,26 +39,27 @@ def attention_and_value(dim: int, scale: float, dtype=torch.float64):
 def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit"):
     """Write results/bounds/affine_limit.parquet: one row per (measure, L, prompt, point)."""
     dtype = DTYPES[params["dtype"]]
+    device = resolve_device(params.get("device", "cpu"))
     queries = read_parquet(inputs["queries"])
     queries = queries[queries["experiment"] == "affine_limit"].sort_values("point")
     coords = [c for c in queries.columns if c.startswith("z")]
-    query = torch.tensor(queries[coords].to_numpy(), dtype=dtype)  # [P, D]
+    query = torch.tensor(queries[coords].to_numpy(), dtype=dtype, device=device)  # [P, D]
     n_points, dim = query.shape
     lengths = sorted(int(L) for L in params["prompt_lengths"])
     n_prompts = int(params["n_prompts"])
-    U, V = attention_and_value(dim, params["attention_scale"], dtype)
+    U, V = (m.to(device) for m in attention_and_value(dim, params["attention_scale"], dtype))
 
     frames = []
     for name in params["measures"]:
-        measure = affine_limit_measure(name, dim, params, dtype)
-        limit = infinite_prompt_attention(query, measure, U, V)[:, 0].numpy()  # [P]
+        measure = affine_limit_measure(name, dim, params, dtype).to(device)
+        limit = infinite_prompt_attention(query, measure, U, V)[:, 0].cpu().numpy()  # [P]
         finite = np.empty((n_prompts, len(lengths), n_points))
         for prompt in progress(range(n_prompts), desc=f"affine_limit {name}"):
-            gen = stream_generator(params["seed"], f"affine_limit/{name}", prompt)
+            gen = stream_generator(params["seed"], f"affine_limit/{name}", prompt, device=device)
             out = streaming_prompt_attention(
                 query, measure, lengths[-1], U, V, gen, params["chunk_size"], prefix_lengths=lengths
             )  # [len(lengths), P, 1]
-            finite[prompt] = out[..., 0].numpy()
+            finite[prompt] = out[..., 0].cpu().numpy()
         prompt_idx, length_idx, point_idx = np.meshgrid(
             np.arange(n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
         )
