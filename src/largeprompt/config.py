@@ -101,3 +101,16 @@ def check_config(config: dict, schema_path: str | Path) -> None:
             "invalid configuration:\n  - " + "\n  - ".join(lines)
             + "\nFix these keys in config/config.yaml or in the file passed with --configfile."
         )
+
+
+def canonical(value):
+    """A copy with mapping keys sorted at every level, so params compare equal however the YAML is ordered.
+
+    Snakemake detects changed params by their string form; reordering keys in a config file must
+    not rerun anything.
+    """
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value

@@ -7,16 +7,16 @@ rule simulate_affine_limit:
     output:
         result="results/bounds/affine_limit.parquet",
     params:
-        seed=config["seed"],
-        dtype=config["dtype"],
-        device=config["device"],
-        measures=config["affine_limit"]["measures"],
-        gaussian_mean=config["affine_limit"]["gaussian_mean"],
-        gaussian_rho=config["affine_limit"]["gaussian_rho"],
-        attention_scale=config["affine_limit"]["attention_scale"],
-        prompt_lengths=config["affine_limit"]["prompt_lengths"],
-        n_prompts=config["affine_limit"]["n_prompts"],
-        chunk_size=config["affine_limit"]["chunk_size"],
+        seed=cfg("seed"),
+        dtype=cfg("dtype"),
+        device=cfg("device"),
+        measures=cfg("affine_limit", "measures"),
+        gaussian_mean=cfg("affine_limit", "gaussian_mean"),
+        gaussian_rho=cfg("affine_limit", "gaussian_rho"),
+        attention_scale=cfg("affine_limit", "attention_scale"),
+        prompt_lengths=cfg("affine_limit", "prompt_lengths"),
+        n_prompts=cfg("affine_limit", "n_prompts"),
+        chunk_size=cfg("affine_limit", "chunk_size"),
     log:
         "logs/bounds/simulate_affine_limit.log",
     threads: config["threads_per_job"]

@@ -1,7 +1,7 @@
 # Shared helpers: config validation and the list of figures. No maths here (SPEC §3.1).
 import os
 
-from largeprompt.config import ConfigError, check_config
+from largeprompt.config import ConfigError, canonical, check_config
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
@@ -13,6 +13,15 @@ except ConfigError as err:
 validate(config, SCHEMA)
 
 ENV = "../envs/largeprompt.yaml"
+
+
+def cfg(*keys):
+    """The config value at ``keys``, key order canonicalised: use it for every ``params:`` entry."""
+    node = config
+    for key in keys:
+        node = node[key]
+    return canonical(node)
+
 FIGURES = ["affine_limit"]
 
 

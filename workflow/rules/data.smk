@@ -5,7 +5,7 @@ rule make_queries:
     output:
         queries="results/data/queries.parquet",
     params:
-        ray=config["affine_limit"]["ray"],
+        ray=cfg("affine_limit", "ray"),
     log:
         "logs/data/make_queries.log",
     threads: 1

@@ -1,0 +1,49 @@
+"""Packaging: environment.yml mirrors pyproject.toml; the lock pins CPU torch; CI runs the README command."""
+import re
+import tomllib
+
+import yaml
+
+from conftest import REPO
+
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _split(requirement):
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", requirement)
+    return m.group(1).lower().replace("_", "-"), m.group(2).replace(" ", "")
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = dict(_split(r) for r in project["dependencies"] + project["optional-dependencies"]["test"])
+    wanted = {CONDA_NAMES.get(k, k): v for k, v in wanted.items()}
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    conda = {}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and not dep.startswith(("python", "pip")):
+            name, spec = _split(dep)
+            conda[name] = spec
+    assert conda == wanted
+    assert "python=3.11" in env["dependencies"]
+
+
+def test_lock_pins_every_dependency_and_cpu_torch():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"unpinned line in requirements.lock: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    for dep in project["dependencies"]:
+        assert _split(dep)[0] in pins, f"{dep} is not pinned in requirements.lock"
+    assert pins["torch"] == "2.13.0"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    test_cmd = next(c for c in commands if "pytest" in c and "venv" in c)
+    assert test_cmd.strip() in ci
