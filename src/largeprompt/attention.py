@@ -17,26 +17,34 @@ import torch
 
 from .measures import TokenMeasure
 
-DEFAULT_CHUNK_SIZE = 16_384
+DEFAULT_CHUNK_SIZE = 65_536
 
 
 class TiltedMoments:
     """Online softmax-weighted first (and optionally second) moments of a stream of tokens.
 
-    Holds, for tilt a [..., D], the running max score m, s = Σ e^{sᵢ−m}, s1 = Σ e^{sᵢ−m} zᵢ and,
-    if asked, s2 = Σ e^{sᵢ−m} zᵢ zᵢᵀ. Rescaling by e^{m_old − m_new} keeps every term ≤ 1, so
-    scores of ±10⁴ neither overflow nor underflow the normaliser (log-sum-exp).
+    For tilt a [..., D] it holds a reference score r (the running max of the first block, raised
+    whenever needed), s1 = Σ e^{sᵢ−r} [zᵢ, 1] (weighted token sum and, last, the normaliser) and, if
+    asked, s2 = Σ e^{sᵢ−r} zᵢ zᵢᵀ. The shift −r rides in the score GEMM as an extra column, so the
+    hot loop is GEMM → in-place exp → GEMM. Weights may exceed 1 (no precision is lost by that);
+    a block whose weights would overflow is redone with a fresh max (log-sum-exp), so scores of
+    ±10⁴ neither overflow nor underflow the normaliser.
     """
+
+    # Score tiles of about this many elements (1 MiB in float64) stay in cache between the passes.
+    TILE_ELEMENTS = 1 << 17
+    # Rebase the reference score before weights get anywhere near overflow.
+    MAX_WEIGHT_SUM = 1e200
 
     def __init__(self, tilt: torch.Tensor, second_moment: bool = False):
         self.tilt = tilt  # [..., D]
         self.second_moment = second_moment
-        self.max_score = None
-        self.weight_sum = None
-        self.first = None
-        self.second = None
+        self.reference = None  # r [*B, q]
+        self.first = None  # s1 [*B, q, D + 1]
+        self.second = None  # s2 [*B, q, D, D]
         self.count = 0
-        self._flat_tilt = None
+        self._flat_tilt = None  # [*B, q, D]
+        self._shifted_tilt = None  # [*B, q, D + 1] = [a, −r]
         self._batch = None
         self._out_batch = None
 
@@ -63,46 +71,67 @@ class TiltedMoments:
         if tokens.shape[-2] == 0:
             return
         tokens = self._prepare(tokens)
+        ones = torch.ones(*tokens.shape[:-1], 1, dtype=tokens.dtype, device=tokens.device)
+        augmented = torch.cat([tokens, ones], dim=-1)  # [*B, l, D + 1]
+        n_scores = max(1, self._flat_tilt[..., 0].numel())
+        tile = max(256, self.TILE_ELEMENTS // n_scores)
+        for start in range(0, tokens.shape[-2], tile):
+            self._update_tile(augmented[..., start : start + tile, :])
+        self.count += tokens.shape[-2]
+
+    def _update_tile(self, augmented: torch.Tensor) -> None:
+        tokens = augmented[..., :-1]  # [*B, l, D]
+        if self.reference is not None:
+            if self._shifted_tilt is None:
+                self._shifted_tilt = torch.cat([self._flat_tilt, -self.reference.unsqueeze(-1)], dim=-1)  # [*B, q, D + 1]
+            weights = (self._shifted_tilt @ augmented.mT).exp_()  # e^{sᵢ − r}, [*B, q, l]
+            block = weights @ augmented  # [*B, q, D + 1]
+            # inf or NaN anywhere in the tile shows in its weight sum (NaN < x is False)
+            if bool((block[..., -1] < self.MAX_WEIGHT_SUM).all()):
+                self._accumulate(block, weights, tokens)
+                return
+        # first tile, or weights too large: recompute with the tile max (log-sum-exp rebase)
         scores = self._flat_tilt @ tokens.mT  # [*B, q, l]
-        block_max = scores.amax(-1)
-        new_max = block_max if self.max_score is None else torch.maximum(self.max_score, block_max)
-        weights = torch.exp(scores - new_max.unsqueeze(-1))  # [*B, q, l], each ≤ 1
-        block_sum = weights.sum(-1)  # [*B, q]
-        block_first = weights @ tokens  # [*B, q, D]
+        tile_max = scores.amax(-1)
+        new_reference = tile_max if self.reference is None else torch.maximum(self.reference, tile_max)
+        if self.reference is not None:
+            rescale = torch.exp(self.reference - new_reference)  # ≤ 1
+            self.first = self.first * rescale.unsqueeze(-1)
+            if self.second_moment:
+                self.second = self.second * rescale[..., None, None]
+        self.reference = new_reference
+        self._shifted_tilt = None
+        weights = scores.sub_(new_reference.unsqueeze(-1)).exp_()  # each ≤ 1
+        self._accumulate(weights @ augmented, weights, tokens)
+
+    def _accumulate(self, block: torch.Tensor, weights: torch.Tensor, tokens: torch.Tensor) -> None:
+        self.first = block if self.first is None else self.first + block
         if self.second_moment:
             block_second = torch.einsum("...ql,...li,...lj->...qij", weights, tokens, tokens)
-        if self.max_score is None:
-            self.weight_sum, self.first = block_sum, block_first
-            if self.second_moment:
-                self.second = block_second
-        else:
-            rescale = torch.exp(self.max_score - new_max)  # ≤ 1
-            self.weight_sum = self.weight_sum * rescale + block_sum
-            self.first = self.first * rescale.unsqueeze(-1) + block_first
-            if self.second_moment:
-                self.second = self.second * rescale[..., None, None] + block_second
-        self.max_score = new_max
-        self.count += tokens.shape[-2]
+            self.second = block_second if self.second is None else self.second + block_second
+
+    def _weight_sum(self) -> torch.Tensor:
+        return self.first[..., -1]
 
     def mean(self) -> torch.Tensor:
         """Softmax-weighted token mean z̄_p [..., D]."""
         if self.count == 0:
             raise ValueError("no tokens absorbed yet: a prompt needs prompt_length ≥ 1")
-        mean = self.first / self.weight_sum.unsqueeze(-1)
+        mean = self.first[..., :-1] / self.first[..., -1:]
         return mean.reshape(*self._out_batch, mean.shape[-1])
 
     def covariance(self) -> torch.Tensor:
         """Softmax-weighted token covariance Σ̂_p [..., D, D] (SPEC F5)."""
         if not self.second_moment:
             raise ValueError("TiltedMoments was built with second_moment=False")
-        dim = self.first.shape[-1]
-        mean = (self.first / self.weight_sum.unsqueeze(-1)).reshape(*self._out_batch, dim)
-        second = (self.second / self.weight_sum[..., None, None]).reshape(*self._out_batch, dim, dim)
+        dim = self.first.shape[-1] - 1
+        mean = self.mean()
+        second = (self.second / self._weight_sum()[..., None, None]).reshape(*self._out_batch, dim, dim)
         return second - mean.unsqueeze(-1) * mean.unsqueeze(-2)
 
     def log_normaliser(self) -> torch.Tensor:
         """log Σᵢ e^{⟨a, zᵢ⟩} [...], the log-sum-exp of the scores."""
-        return (self.max_score + torch.log(self.weight_sum)).reshape(self._out_batch)
+        return (self.reference + torch.log(self._weight_sum())).reshape(self._out_batch)
 
 
 def _validate_prefixes(prefix_lengths: Sequence[int] | None, prompt_length: int) -> list[int]:
