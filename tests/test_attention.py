@@ -168,3 +168,15 @@ def test_streaming_memory_is_bounded_at_ten_million_tokens():
     rss = json.loads(proc.stdout.strip().splitlines()[-1])
     growth_mb = (rss["after_kb"] - rss["before_kb"]) / 1024
     assert growth_mb < 64, f"peak RSS grew by {growth_mb:.0f} MB while streaming 10⁷ tokens"
+
+
+def test_rebasing_across_many_blocks_with_drifting_scores():
+    """Scores rising from −5000 to +5000 across 143 blocks force repeated log-sum-exp rebases."""
+    L = 1000
+    t = torch.linspace(-5000.0, 5000.0, L, dtype=F64)
+    tokens = torch.stack([t / 5000.0, torch.cos(t), torch.sin(t)], dim=-1)  # [L, 3]
+    query = torch.tensor([[5000.0, 0.0, 0.0], [-5000.0, 0.0, 0.0], [1.0, 2.0, 3.0]], dtype=F64)
+    U, V = torch.eye(3, dtype=F64), torch.eye(3, dtype=F64)
+    got = finite_prompt_attention(query, tokens, U, V, chunk_size=7)
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got, naive_attention(query, tokens, U, V), rtol=1e-10, atol=1e-12)
