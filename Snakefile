@@ -16,6 +16,8 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/infinite.smk"
 include: "workflow/rules/bounds.smk"
 include: "workflow/rules/figures.smk"
 

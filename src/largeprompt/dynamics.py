@@ -1,0 +1,194 @@
+"""Infinite-prompt gradient flows and the reduced model's finite-L SGD (SPEC F6, R4, R5; THEORY §F(iii)).
+
+Every flow is θ̇ = −∇R(θ) for a closed-form risk R, integrated by scipy's ``solve_ivp`` (LSODA) with
+the gradient and Hessian from torch autograd in float64. Training time is t = lr · step, so an SGD run and its
+flow share a clock.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
+
+from . import models
+from .icl import RegressionTask, infinite_prompt_risk, reduced_infinite_prompt_risk
+from .seeding import stream_generator
+
+
+def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, rtol: float = 1e-9, atol: float = 1e-11):
+    """Integrate θ̇ = −∇R(θ) from θ0 [P] and return θ at ``times`` [T, P] and R there [T].
+
+    ``risk`` maps a float64 vector θ [P] to a scalar. Autograd gives ∇R and the Jacobian −∇²R; LSODA
+    switches to BDF where the flow turns stiff (slow valley directions next to fast ones), which the
+    long training horizons need. ``rtol``/``atol`` are solve_ivp's local error tolerances.
+    """
+    times = np.asarray(times, dtype=np.float64)
+
+    def rhs(_t, y):
+        theta = torch.tensor(y, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(risk(theta), theta)
+        return -grad.numpy()
+
+    def jac(_t, y):
+        return -torch.autograd.functional.hessian(risk, torch.tensor(y, dtype=torch.float64)).numpy()
+
+    sol = solve_ivp(rhs, (0.0, float(times[-1])), np.asarray(theta0, dtype=np.float64), method="LSODA",
+                    jac=jac, t_eval=times, rtol=rtol, atol=atol)
+    if not sol.success:
+        raise RuntimeError(f"gradient flow failed: {sol.message}")
+    thetas = sol.y.T  # [T, P]
+    with torch.no_grad():
+        risks = np.array([float(risk(torch.tensor(th))) for th in thetas])
+    return thetas, risks
+
+
+# --- the §6 Q/K/V/O model --------------------------------------------------------------------------
+
+def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11):
+    """Gradient flow on the closed-form R∞(Q, K, V, O) of SPEC F6 from ``params0``: (θ [T, P], R∞ [T])."""
+    dim = task.token_dim
+
+    def risk(theta):
+        p = models.unflatten(theta, dim)
+        return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
+
+    theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
+    return gradient_flow(risk, theta0, times, rtol, atol)
+
+
+def full_model_sharpness(task: RegressionTask, theta) -> float:
+    """Largest eigenvalue of ∇²R∞ at θ [P]: plain SGD with learning rate lr can follow the flow only where it is < 2/lr."""
+    dim = task.token_dim
+
+    def risk(th):
+        p = models.unflatten(th, dim)
+        return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
+
+    hess = torch.autograd.functional.hessian(risk, torch.as_tensor(theta, dtype=torch.float64))  # [P, P]
+    return float(torch.linalg.eigvalsh(hess)[-1])
+
+
+# --- R5: the balanced (A, b) flow ------------------------------------------------------------------
+
+def balanced_risk(A: torch.Tensor, b: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """The paper's R∞(A, b) = ½ tr((bΣA − I) Σ (bΣA − I)ᵀ) (SPEC R5; paper A = our Aᵀ, b = v)."""
+    R = b * sigma @ A - torch.eye(sigma.shape[0], dtype=sigma.dtype)  # [d, d]
+    return 0.5 * torch.trace(R @ sigma @ R.T)
+
+
+def bayes_point(sigma) -> tuple[float, np.ndarray]:
+    """b* = tr(Σ⁻²)^{1/4} and A* = tr(Σ⁻²)^{−1/4} Σ⁻¹ (SPEC R5)."""
+    inv = np.linalg.inv(np.asarray(sigma, dtype=np.float64))
+    scale = np.trace(inv @ inv) ** 0.25
+    return scale, inv / scale
+
+
+def balanced_flow(sigma, alpha: float, times, rtol=1e-10, atol=1e-12):
+    """R5 flow from the balanced start b = ‖A‖_F = α, A = α I/√d: (A [T, d, d], b [T], R [T])."""
+    sig = torch.as_tensor(np.asarray(sigma), dtype=torch.float64)
+    d = sig.shape[0]
+
+    def risk(theta):
+        return balanced_risk(theta[:-1].reshape(d, d), theta[-1], sig)
+
+    theta0 = np.concatenate([(alpha / math.sqrt(d)) * np.eye(d).ravel(), [alpha]])
+    thetas, risks = gradient_flow(risk, theta0, times, rtol, atol)
+    return thetas[:, :-1].reshape(-1, d, d), thetas[:, -1], risks
+
+
+# --- the reduced (v, A) model (THEORY §F) ----------------------------------------------------------
+
+def reduced_flow(task: RegressionTask, v0: float, A0, times, rtol=1e-10, atol=1e-12):
+    """Gradient flow of (v, A) on R∞ = τ² tr((vAΛ − I)ᵀΛ(vAΛ − I)) + σ² (THEORY §F(iii)): (v [T], A [T, d, d], R [T])."""
+    d = task.dim
+
+    def risk(theta):
+        return reduced_infinite_prompt_risk(task, theta[0], theta[1:].reshape(d, d))
+
+    theta0 = np.concatenate([[v0], np.asarray(A0, dtype=np.float64).ravel()])
+    thetas, risks = gradient_flow(risk, theta0, times, rtol, atol)
+    return thetas[:, 0], thetas[:, 1:].reshape(-1, d, d), risks
+
+
+def isotropic_product(p0: float, c: float, d: int, t) -> np.ndarray:
+    """p(t) = v(t)a(t) of the isotropic flow (Λ = I, A = aI, τ = 1), in closed form (THEORY §F(iii)).
+
+    Ψ(p(t)) = Ψ(p0) + 2t with Ψ(p) = (1/k) ln((c² + 4dp + k√(c² + 4dp²))/|1 − p|), k = √(c² + 4d);
+    for c = 0 this is the logistic p = [1 + (1/p0 − 1)e^{−4√d t}]⁻¹ (for p0 < 0, e^{+4√d t}: p → 0⁻).
+    """
+    t = np.atleast_1d(np.asarray(t, dtype=np.float64))
+    k = math.sqrt(c * c + 4 * d)
+
+    def psi(p):
+        return math.log((c * c + 4 * d * p + k * math.sqrt(c * c + 4 * d * p * p)) / abs(1.0 - p)) / k
+
+    if p0 == 1.0:
+        return np.ones_like(t)
+    if c == 0.0:  # ṗ = 4√d |p| (1 − p): logistic, towards 1 if p0 > 0 and towards the saddle 0 if p0 < 0
+        if p0 == 0.0:
+            return np.zeros_like(t)
+        return 1.0 / (1.0 + (1.0 / p0 - 1.0) * np.exp(-math.copysign(4.0 * math.sqrt(d), p0) * t))
+    out = np.empty_like(t)
+    target0 = psi(p0)
+    for i, ti in enumerate(t):
+        if ti == 0:
+            out[i] = p0
+            continue
+        goal = target0 + 2.0 * ti
+        lo, hi = (p0, 1.0) if p0 < 1 else (1.0, p0)
+        f = lambda p: psi(p) - goal  # noqa: E731  Ψ is monotone between p0 and 1
+        eps = 1e-15
+        a, b = (lo, hi - eps) if p0 < 1 else (lo + eps, hi)
+        if f(a) * f(b) > 0:  # p(t) is within 1e-15 of the limit
+            out[i] = 1.0
+        else:
+            out[i] = brentq(f, a, b, xtol=1e-15, rtol=1e-15, maxiter=500)
+    return out
+
+
+def isotropic_flow(v0: float, a0: float, d: int, t):
+    """(v(t), a(t)) of the isotropic flow in closed form: v² = ½(c + √(c² + 4dp²)), sign v = sign v0, a = p/v."""
+    c = v0 * v0 - d * a0 * a0
+    p = isotropic_product(v0 * a0, c, d, t)
+    v = math.copysign(1.0, v0) * np.sqrt(0.5 * (c + np.sqrt(c * c + 4 * d * p * p)))
+    return v, p / v
+
+
+def reduced_attention(v: torch.Tensor, A: torch.Tensor):
+    """The block-sparse (v, A) point as (U, u): sᵢ = x_qᵀ A xᵢ needs U = diag(Aᵀ, 0); u = v e_D (THEORY §F(i))."""
+    d = A.shape[0]
+    U = torch.zeros(d + 1, d + 1, dtype=A.dtype, device=A.device)
+    U = U.index_put((torch.arange(d)[:, None], torch.arange(d)[None, :]), A.T)  # [D, D]
+    u = torch.cat([torch.zeros(d, dtype=A.dtype, device=A.device), v.reshape(1)])  # [D]
+    return U, u
+
+
+def reduced_model_sgd(task: RegressionTask, v0: float, A0, prompt_length: int, lr: float, steps: int,
+                      batch_size: int, base_seed: int, run_seed: int, log_every: int = 1, dtype=torch.float64):
+    """Plain SGD of the reduced softmax model ŷ = v Σᵢ softmax(x_qᵀAxᵢ) yᵢ at prompt length L (THEORY §F(v)).
+
+    Batch s comes from stream (base_seed, "reduced/batch", run_seed, L, s). Returns steps [T], v [T], A [T, d, d].
+    """
+    v = torch.tensor(float(v0), dtype=dtype, requires_grad=True)
+    A = torch.tensor(np.asarray(A0, dtype=np.float64), dtype=dtype, requires_grad=True)  # [d, d]
+    logged_steps, vs, As = [], [], []
+    for step in range(steps + 1):
+        if step % log_every == 0 or step == steps:
+            logged_steps.append(step)
+            vs.append(float(v.detach()))
+            As.append(A.detach().to(torch.float64).numpy().copy())
+        if step == steps:
+            break
+        gen = stream_generator(base_seed, "reduced/batch", run_seed, prompt_length, step)
+        query, prompt, target = task.sample(batch_size, prompt_length, gen, dtype=dtype)
+        U, u = reduced_attention(v, A)
+        loss = models.mse(models.readout(query, prompt, U, u, "softmax"), target)
+        gv, gA = torch.autograd.grad(loss, [v, A])
+        with torch.no_grad():
+            v -= lr * gv
+            A -= lr * gA
+    return np.array(logged_steps), np.array(vs), np.stack(As)

@@ -1,0 +1,100 @@
+"""In-context linear regression: the task, its closed-form risks and the Bayes risk (SPEC F6, THEORY §F).
+
+Tokens z = (x, y) ∈ R^D, D = d + 1, with x ~ N(0, Λ), y = βᵀx + σε, β ~ N(0, τ² I) per prompt.
+The query token is z_q = (x_q, 0) and its target is y_q = βᵀx_q + σε_q (SPEC §0, F6).
+
+Implemented as stated in SPEC §0. The authors' public generator differs: it applies the
+covariance to the prompt x twice and never to x_q; we apply Λ once to every x, query included.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class RegressionTask:
+    """The in-context regression task of SPEC F6: Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
+
+    def __init__(self, covariance, task_variance: float, noise_variance: float):
+        self.covariance = torch.as_tensor(covariance, dtype=torch.float64)  # Λ [d, d]
+        self.task_variance = float(task_variance)  # τ²
+        self.noise_variance = float(noise_variance)  # σ²
+        self.dim = self.covariance.shape[0]  # d
+        self.token_dim = self.dim + 1  # D
+        self._chol = torch.linalg.cholesky(self.covariance)  # Λ = C Cᵀ
+
+    def sample(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
+        """Draw ``batch`` prompts: (query_tokens [B, D], prompt_tokens [B, L, D], targets [B])."""
+        return self.sample_with_tasks(batch, prompt_length, generator, dtype, device)[:3]
+
+    def sample_with_tasks(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
+        """As :meth:`sample`, also returning the task vectors β [B, d].
+
+        One randn call for the L + 1 tokens and their noise (the [B, L+1, D] floor), one for β.
+        """
+        d, L = self.dim, int(prompt_length)
+        g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, d+1]
+        beta = torch.randn(batch, d, generator=generator, dtype=dtype, device=device) * self.task_variance**0.5  # [B, d]
+        chol = self._chol.to(dtype=dtype, device=device)
+        x = g[..., :d] @ chol.T  # [B, L+1, d]  x ~ N(0, Λ)
+        y = (x @ beta.unsqueeze(-1)).squeeze(-1) + self.noise_variance**0.5 * g[..., d]  # [B, L+1]
+        prompt = torch.cat([x[:, :L], y[:, :L, None]], dim=-1)  # [B, L, D]
+        query = torch.cat([x[:, L], torch.zeros_like(y[:, L, None])], dim=-1)  # [B, D]  z_q = (x_q, 0)
+        return query, prompt, y[:, L], beta
+
+
+def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
+    """Closed-form R∞(θ) of the §6 Q/K/V/O model (SPEC F6), differentiable in Q, K, V [D, D] and O [1, D].
+
+    With U = KᵀQ/√D, M = U[:, :d] = [M_x; m_yᵀ] and u = VᵀOᵀ = (u_x, u_y), the prediction error
+    given β is r(β)ᵀx_q with r(β) = c₀ + C₁β + c₂ βᵀΛβ. Softmax and linear attention share this limit.
+    """
+    dtype, dev = Q.dtype, Q.device
+    lam = task.covariance.to(dtype=dtype, device=dev)  # Λ [d, d]
+    tau2, sigma2, d = task.task_variance, task.noise_variance, task.dim
+    D = d + 1
+    U = K.T @ Q / D**0.5  # [D, D]
+    u = (O @ V).reshape(-1)  # [D]  u = VᵀOᵀ
+    Mx, my = U[:d, :d], U[d, :d]  # [d, d], [d]
+    ux, uy = u[:d], u[d]  # [d], []
+    c0 = Mx.T @ lam @ ux + sigma2 * uy * my  # [d]
+    C1 = uy * (Mx.T @ lam) + torch.outer(my, lam @ ux) - torch.eye(d, dtype=dtype, device=dev)  # [d, d]
+    c2 = uy * my  # [d]
+    tr, tr2 = torch.trace(lam), torch.trace(lam @ lam)
+    return (
+        c0 @ lam @ c0
+        + tau2 * torch.trace(C1.T @ lam @ C1)
+        + 2 * tau2 * tr * (c0 @ lam @ c2)
+        + tau2**2 * (tr**2 + 2 * tr2) * (c2 @ lam @ c2)
+        + sigma2
+    )
+
+
+def reduced_infinite_prompt_risk(task: RegressionTask, v: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """R∞ of the block-sparse (v, A) model (SPEC F6, THEORY §F(ii)): τ² tr((G − I)ᵀΛ(G − I)) + σ², G = vAΛ."""
+    lam = task.covariance.to(dtype=A.dtype, device=A.device)  # [d, d]
+    R = v * A @ lam - torch.eye(task.dim, dtype=A.dtype, device=A.device)  # G − I [d, d]
+    return task.task_variance * torch.trace(R.T @ lam @ R) + task.noise_variance
+
+
+def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> np.ndarray:
+    """Γ* of linear attention ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ, with noisy labels (SPEC F6, THEORY §F(v)).
+
+    Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ²)/L · I)⁻¹; τ² = 1 gives the SPEC form.
+    """
+    lam = np.asarray(covariance, dtype=np.float64)
+    n = float(prompt_length)
+    shift = (np.trace(lam) + noise_variance / task_variance) / n
+    return np.linalg.inv((1.0 + 1.0 / n) * lam + shift * np.eye(lam.shape[0]))
+
+
+def ridge_predictions(query: torch.Tensor, prompt: torch.Tensor, ridge: float) -> torch.Tensor:
+    """Posterior-mean (ridge, λ = σ²/τ²) predictions x_qᵀ(XᵀX + λI)⁻¹Xᵀy, the Bayes predictor (SPEC §3.1 stage 1).
+
+    query [B, D], prompt [B, L, D] → [B].
+    """
+    X, y = prompt[..., :-1], prompt[..., -1]  # [B, L, d], [B, L]
+    d = X.shape[-1]
+    gram = X.transpose(-1, -2) @ X + ridge * torch.eye(d, dtype=X.dtype, device=X.device)  # [B, d, d]
+    beta_hat = torch.linalg.solve(gram, (X.transpose(-1, -2) @ y.unsqueeze(-1)))  # [B, d, 1]
+    return (query[:, None, :-1] @ beta_hat).reshape(-1)  # [B]

@@ -1,0 +1,72 @@
+"""Shared drawing for the R2/R3 concentration figures (SPEC §3.2): reads rows of rates.parquet, computes nothing."""
+from __future__ import annotations
+
+import numpy as np
+import seaborn as sns
+
+METRIC_LABELS = {
+    "output": r"$\|T_L - T_\infty\|^2$",
+    "grad_U": r"$\|\partial_U T_L - \partial_U T_\infty\|_F^2$",
+    "grad_V": r"$\|\partial_V T_L - \partial_V T_\infty\|_F^2$",
+}
+
+
+def c_palette(c_values):
+    return dict(zip(sorted(c_values), sns.color_palette("viridis", len(c_values))))
+
+
+def _rows(rates, **eq):
+    mask = np.ones(len(rates), dtype=bool)
+    for k, v in eq.items():
+        mask &= rates[k].to_numpy() == v
+    return rates[mask]
+
+
+def draw_concentration_row(axes, rates, metric: str, measure: str):
+    """Three panels for one metric: mean (+F4 guide), median and 90% quantile, local exponent."""
+    ax_mean, ax_med, ax_local = axes
+    cells = _rows(rates, metric=metric, measure=measure)
+    colours = c_palette(cells["c"].dropna().unique())
+    for c, colour in colours.items():
+        stat = _rows(cells, quantity="error_statistic", c=c)
+        mean = _rows(stat, statistic="mean").sort_values("prompt_length")
+        fit = _rows(cells, quantity="exponent", c=c, statistic="mean").iloc[0]
+        ax_mean.plot(mean["prompt_length"], mean["estimate"], color=colour, marker="o", ms=2.5,
+                     label=f"c={c:g}: $\\hat p$={fit.estimate:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]")
+        ax_mean.fill_between(mean["prompt_length"], mean["ci_low"], mean["ci_high"], color=colour, alpha=0.25, lw=0)
+        # F4 guide: slope −min(1, 1/(2c)) through the mean at the start of the fitted range.
+        start = mean[mean["prompt_length"] >= fit.fit_min_prompt_length].iloc[0]
+        guide_l = mean["prompt_length"][mean["prompt_length"] >= fit.fit_min_prompt_length].to_numpy()
+        ax_mean.plot(guide_l, start.estimate * (guide_l / start.prompt_length) ** (-fit.predicted),
+                     color=colour, linestyle="--", linewidth=1.1)
+        med = _rows(stat, statistic="median").sort_values("prompt_length")
+        mfit = _rows(cells, quantity="exponent", c=c, statistic="median").iloc[0]
+        ax_med.plot(med["prompt_length"], med["estimate"], color=colour, marker="o", ms=2.5,
+                    label=f"c={c:g}: median $\\hat p$={mfit.estimate:.2f} [{mfit.ci_low:.2f}, {mfit.ci_high:.2f}]")
+        ax_med.fill_between(med["prompt_length"], med["ci_low"], med["ci_high"], color=colour, alpha=0.25, lw=0)
+        q90 = _rows(stat, statistic="q90").sort_values("prompt_length")
+        ax_med.plot(q90["prompt_length"], q90["estimate"], color=colour, linestyle=":", linewidth=1.4)
+        ax_med.fill_between(q90["prompt_length"], q90["ci_low"], q90["ci_high"], color=colour, alpha=0.15, lw=0)
+        local = _rows(cells, quantity="local_exponent", c=c, statistic="mean").sort_values("prompt_length")
+        ax_local.plot(local["prompt_length"], local["estimate"], color=colour, marker="o", ms=2.5)
+        ax_local.fill_between(local["prompt_length"], local["ci_low"], local["ci_high"], color=colour, alpha=0.2, lw=0)
+        ax_local.axhline(fit.predicted, color=colour, linestyle="--", linewidth=1.1)
+    guide = r"F4 guide $\propto L^{-\min(1,\,1/(2c))}$" if measure == "gaussian" else r"guide $\propto L^{-1}$ (bounded tokens)"
+    ax_mean.plot([], [], color="grey", linestyle="--", label=guide)
+    ax_med.plot([], [], color="grey", linestyle=":", label="90% quantile")
+    ax_local.plot([], [], color="grey", linestyle="--", label=r"predicted $\min(1, 1/(2c))$" if measure == "gaussian" else "predicted 1")
+    label = METRIC_LABELS.get(metric, metric)
+    for ax, title in ((ax_mean, f"mean of {label}"), (ax_med, "median (solid), 90% quantile (dotted)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("prompt length $L$")
+        ax.set_title(title, fontsize=9)
+    ax_mean.set_ylabel(label)
+    ax_mean.legend(fontsize=6.5, title=r"fit over upper half of $L$, 95% bootstrap CI", title_fontsize=6.5, loc="lower left")
+    ax_med.legend(fontsize=6.5, loc="lower left")
+    ax_local.set_xscale("log", base=2)
+    ax_local.set_xlabel("prompt length $L$")
+    ax_local.set_ylabel(r"local exponent $-d\log E\,/\,d\log L$")
+    ax_local.set_title("local decay exponent of the mean", fontsize=9)
+    ax_local.set_ylim(-0.1, 1.5)
+    ax_local.legend(fontsize=6.5, loc="upper left")

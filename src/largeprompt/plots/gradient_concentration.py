@@ -1,0 +1,22 @@
+"""Figure `gradient_concentration` (R3, SPEC §3.2): the concentration panels for the U and V Jacobians (F5)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from ..parquet_io import read_parquet
+from .concentration import draw_concentration_row
+from .style import apply_style, save_figure
+
+
+def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradient_concentration"):
+    apply_style()
+    rates = read_parquet(inputs["rates"])
+    measures = list(dict.fromkeys(rates.loc[rates["quantity"] == "exponent", "measure"]))
+    rows = [(m, metric) for m in measures for metric in ("grad_U", "grad_V")]
+    fig, axes = plt.subplots(len(rows), 3, figsize=(14, 4.3 * len(rows)), squeeze=False)
+    for row, (measure, metric) in zip(axes, rows):
+        draw_concentration_row(row, rates, metric, measure)
+        row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
+    fig.suptitle("R3: gradients wrt U and V concentrate like the outputs (SPEC F5, squared Frobenius Jacobian error)", fontsize=11)
+    fig.tight_layout()
+    save_figure(fig, outputs["pdf"], outputs["png"])

@@ -1,0 +1,21 @@
+"""Figure `output_concentration` (R2, SPEC §3.2): mean, median, 90% quantile and local exponent of ‖T_L − T_∞‖²."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from ..parquet_io import read_parquet
+from .concentration import draw_concentration_row
+from .style import apply_style, save_figure
+
+
+def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
+    apply_style()
+    rates = read_parquet(inputs["rates"])
+    measures = list(dict.fromkeys(rates.loc[rates["quantity"] == "exponent", "measure"]))
+    fig, axes = plt.subplots(len(measures), 3, figsize=(14, 4.3 * len(measures)), squeeze=False)
+    for row, measure in zip(axes, measures):
+        draw_concentration_row(row, rates, "output", measure)
+        row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
+    fig.suptitle(r"R2: finite-prompt outputs concentrate on the limit; mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$ (SPEC F4)", fontsize=11)
+    fig.tight_layout()
+    save_figure(fig, outputs["pdf"], outputs["png"])

@@ -1,0 +1,103 @@
+"""Convergence rates of Monte Carlo errors in L, with bootstrap uncertainty (SPEC F4, §3.1 stage 4).
+
+Errors arrive as a matrix ``errors [R, P]``: R independent repetitions (query + prompt), each seen
+at P nested prompt lengths. A *statistic* (mean or median over repetitions) is taken at every L and
+its decay exponent p (statistic ∝ L^{−p}) is fitted by least squares on log–log. Uncertainty comes
+from a bootstrap that resamples whole repetitions, so the correlation across L of one nested
+prompt is kept.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+STATISTICS = ("mean", "median")
+
+
+def predicted_exponent(c, measure: str = "gaussian") -> np.ndarray:
+    """p = min(1, 1/(2c)): the heuristic decay exponent of E‖T_L − T_∞‖² over random queries (SPEC F4).
+
+    The slow rate needs Gaussian tokens: there ρ(a) = e^{c‖g‖²} has a heavy tail over queries.
+    For bounded tokens (Rademacher, uniform) ρ(a) ≤ e^{2‖a‖₁}, whose every moment over Gaussian queries is
+    finite, so the predicted exponent is 1 at every c.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    if measure != "gaussian":
+        return np.ones_like(c)
+    return np.minimum(1.0, 1.0 / (2.0 * c))
+
+
+def paper_form_exponent(c2: float, sigma_sq) -> np.ndarray:
+    """The L-exponent c₂/σ² of the paper's bound form c₁ ln L / L^{c₂/σ²} (SPEC R2)."""
+    return c2 / np.asarray(sigma_sq, dtype=np.float64)
+
+
+def upper_half(prompt_lengths) -> np.ndarray:
+    """Boolean mask of the upper half of the L grid (index ≥ P // 2), where exponents are fitted."""
+    n = len(prompt_lengths)
+    return np.arange(n) >= n // 2
+
+
+def statistic(errors: np.ndarray, name: str) -> np.ndarray:
+    """Mean, median or 90% quantile (q90, display only) over the repetition axis −2: errors [..., R, P] → [..., P]."""
+    if name == "mean":
+        return errors.mean(axis=-2)
+    if name == "median":
+        return np.median(errors, axis=-2)
+    if name == "q90":
+        return np.quantile(errors, 0.9, axis=-2)
+    raise ValueError(f"unknown statistic {name!r}; allowed {STATISTICS}")
+
+
+def loglog_exponent(prompt_lengths, values: np.ndarray) -> np.ndarray:
+    """−slope of the least-squares line of log values [..., P] against log L [P] → [...]."""
+    x = np.log(np.asarray(prompt_lengths, dtype=np.float64))
+    x = x - x.mean()
+    y = np.log(values)
+    return -((y - y.mean(axis=-1, keepdims=True)) @ x) / (x @ x)
+
+
+def local_exponents(prompt_lengths, values: np.ndarray) -> np.ndarray:
+    """−d log(values)/d log L at every L [..., P] (central differences, one-sided at the ends)."""
+    x = np.log(np.asarray(prompt_lengths, dtype=np.float64))
+    return -np.gradient(np.log(values), x, axis=-1)
+
+
+def bootstrap_indices(n_reps: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """[n_boot, n_reps] repetition indices drawn with replacement."""
+    return rng.integers(0, n_reps, size=(n_boot, n_reps))
+
+
+def bootstrap_statistic(errors: np.ndarray, name: str, indices: np.ndarray, block: int = 16) -> np.ndarray:
+    """The statistic of every bootstrap resample: errors [R, P], indices [B, R] → [B, P]."""
+    out = np.empty((indices.shape[0], errors.shape[1]))
+    for start in range(0, indices.shape[0], block):
+        out[start : start + block] = statistic(errors[indices[start : start + block]], name)  # [b, R, P] → [b, P]
+    return out
+
+
+def percentile_ci(samples: np.ndarray, level: float = 0.95, axis: int = 0):
+    """(low, high) percentile interval of bootstrap samples."""
+    tail = 50.0 * (1.0 - level)
+    return np.percentile(samples, tail, axis=axis), np.percentile(samples, 100.0 - tail, axis=axis)
+
+
+def paper_form_design(prompt_lengths, sigma_sq):
+    """Design for log E = log c₁ + log ln L − (c₂/σ²) log L, linear in (log c₁, c₂) (SPEC R2 form).
+
+    prompt_lengths [N], sigma_sq [N] (one entry per fitted (σ², L) cell) → (X [N, 2], offset [N]).
+    """
+    log_l = np.log(np.asarray(prompt_lengths, dtype=np.float64))
+    x = np.stack([np.ones_like(log_l), -log_l / np.asarray(sigma_sq, dtype=np.float64)], axis=-1)
+    return x, np.log(log_l)
+
+
+def fit_paper_form(prompt_lengths, sigma_sq, values: np.ndarray) -> np.ndarray:
+    """Least squares of log values [..., N] on the paper's bound form c₁ ln L / L^{c₂/σ²} → [..., 2] = (c₁, c₂).
+
+    Fitted jointly across σ²: one c₁ and one c₂ for all cells.
+    """
+    x, offset = paper_form_design(prompt_lengths, sigma_sq)
+    y = np.log(values) - offset  # [..., N]
+    coef = np.linalg.lstsq(x, y.reshape(-1, y.shape[-1]).T, rcond=None)[0].T  # [M, 2]
+    coef = coef.reshape(*y.shape[:-1], 2)
+    return np.stack([np.exp(coef[..., 0]), coef[..., 1]], axis=-1)

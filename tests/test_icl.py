@@ -1,0 +1,136 @@
+"""In-context regression task and its closed forms (SPEC F6, THEORY §F(ii), §F(v)) against Monte Carlo."""
+import numpy as np
+import pytest
+import torch
+
+from largeprompt.icl import (
+    RegressionTask,
+    infinite_prompt_risk,
+    linear_attention_fixed_point,
+    reduced_infinite_prompt_risk,
+    ridge_predictions,
+)
+from largeprompt.measures import toeplitz_covariance
+from largeprompt.seeding import stream_generator
+
+
+def paper_task():
+    return RegressionTask(toeplitz_covariance(5, 0.5, dtype=torch.float64), 0.2, 0.1)
+
+
+def test_sample_shapes_and_law():
+    task = paper_task()
+    gen = stream_generator(1, "test/sample")
+    query, prompt, target, beta = task.sample_with_tasks(4000, 7, gen)
+    assert query.shape == (4000, 6) and prompt.shape == (4000, 7, 6) and target.shape == (4000,)
+    assert torch.all(query[:, -1] == 0)  # z_q = (x_q, 0)
+    x = prompt[..., :5].reshape(-1, 5)
+    cov = x.T @ x / len(x)
+    assert torch.allclose(cov, task.covariance, atol=0.03)  # Λ applied once to every x
+    xq_cov = query[:, :5].T @ query[:, :5] / len(query)
+    assert torch.allclose(xq_cov, task.covariance, atol=0.08)  # ...the query included (unlike the authors' code)
+    resid = prompt[..., 5] - (prompt[..., :5] @ beta[:, :, None]).squeeze(-1)
+    assert abs(float(resid.var()) - 0.1) < 0.01
+    assert abs(float(beta.var()) - 0.2) < 0.02
+    # same stream, same numbers
+    again = task.sample(4000, 7, stream_generator(1, "test/sample"))
+    assert torch.equal(again[1], prompt)
+
+
+def monte_carlo_infinite_risk(task, Q, K, V, O, n, seed):
+    """E(ŷ∞ − y_q)² with ŷ∞ = uᵀ S_β U z_q built token by token from S_β (THEORY §F(ii)), not from c₀, C₁, c₂."""
+    d, D = task.dim, task.token_dim
+    gen = stream_generator(seed, "test/mc_risk")
+    lam = task.covariance
+    beta = torch.randn(n, d, generator=gen, dtype=torch.float64) * task.task_variance**0.5
+    xq = torch.randn(n, d, generator=gen, dtype=torch.float64) @ torch.linalg.cholesky(lam).T
+    yq = (xq * beta).sum(-1) + task.noise_variance**0.5 * torch.randn(n, generator=gen, dtype=torch.float64)
+    S = torch.zeros(n, D, D, dtype=torch.float64)  # covariance of a token z = (x, y) given β
+    S[:, :d, :d] = lam
+    lb = beta @ lam  # [n, d]
+    S[:, :d, d] = lb
+    S[:, d, :d] = lb
+    S[:, d, d] = (lb * beta).sum(-1) + task.noise_variance
+    U = K.T @ Q / D**0.5
+    zq = torch.cat([xq, torch.zeros(n, 1, dtype=torch.float64)], dim=-1)
+    a = zq @ U.T  # [n, D]
+    pred = ((S @ a[:, :, None]).squeeze(-1) @ V.T @ O.T).squeeze(-1)  # O V S_β a
+    err2 = (pred - yq) ** 2
+    return float(err2.mean()), float(err2.std() / n**0.5)
+
+
+@pytest.mark.parametrize("scale,seed", [(0.4, 0), (0.8, 1), (1.2, 2)])
+def test_infinite_prompt_risk_matches_monte_carlo(scale, seed):
+    task = RegressionTask(toeplitz_covariance(3, 0.6, dtype=torch.float64), 0.7, 0.3)
+    gen = stream_generator(seed, "test/weights")
+    Q, K, V = (scale * torch.randn(4, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    O = scale * torch.randn(1, 4, generator=gen, dtype=torch.float64)
+    closed = float(infinite_prompt_risk(task, Q, K, V, O))
+    mc, se = monte_carlo_infinite_risk(task, Q, K, V, O, 400_000, seed)
+    assert abs(closed - mc) < 5 * se, (closed, mc, se)
+
+
+def test_infinite_prompt_risk_minimum_is_noise():
+    """At a Bayes point of the limit (u_y m_y = 0, u_y M_xᵀΛ = I) the risk is σ²; gradients vanish there."""
+    task = paper_task()
+    d, D = 5, 6
+    lam = task.covariance
+    Q = torch.zeros(D, D, dtype=torch.float64)
+    Q[:d, :d] = torch.linalg.inv(lam) * D**0.5  # U = KᵀQ/√D with K = I: M_x = Λ⁻¹ (so M_xᵀΛ = I)
+    K = torch.eye(D, dtype=torch.float64)
+    V = torch.zeros(D, D, dtype=torch.float64)
+    V[d, d] = 1.0
+    O = torch.zeros(1, D, dtype=torch.float64)
+    O[0, d] = 1.0
+    params = [p.clone().requires_grad_(True) for p in (Q, K, V, O)]
+    risk = infinite_prompt_risk(task, *params)
+    assert abs(float(risk.detach()) - 0.1) < 1e-12
+    grads = torch.autograd.grad(risk, params)
+    assert max(float(g.abs().max()) for g in grads) < 1e-12
+
+
+def test_reduced_risk_is_the_full_risk_on_the_block_sparse_family():
+    """R∞(v, A) of THEORY §F(ii) equals the §6 closed form at U = diag(Aᵀ, 0), u = v e_D."""
+    task = RegressionTask(toeplitz_covariance(3, 0.3, dtype=torch.float64), 0.5, 0.2)
+    gen = stream_generator(3, "test/reduced")
+    A = torch.randn(3, 3, generator=gen, dtype=torch.float64)
+    v = torch.tensor(0.7, dtype=torch.float64)
+    Q = torch.zeros(4, 4, dtype=torch.float64)
+    Q[:3, :3] = A.T * 2.0  # U = KᵀQ/√D with K = I, D = 4
+    K = torch.eye(4, dtype=torch.float64)
+    V = torch.zeros(4, 4, dtype=torch.float64)
+    V[3, 3] = float(v)
+    O = torch.zeros(1, 4, dtype=torch.float64)
+    O[0, 3] = 1.0
+    full = float(infinite_prompt_risk(task, Q, K, V, O))
+    reduced = float(reduced_infinite_prompt_risk(task, v, A))
+    assert abs(full - reduced) < 1e-12
+
+
+def test_linear_attention_fixed_point_with_noisy_labels():
+    """Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ²)/L I)⁻¹ is the least-squares Γ of ŷ = x_qᵀ Γ m̂ (THEORY §F(v)).
+
+    Independent check: Monte Carlo normal equations over vec(x_q m̂ᵀ); the noiseless (ZFB) formula is rejected.
+    """
+    d, L, tau2, sigma2 = 3, 6, 0.7, 0.8
+    lam = toeplitz_covariance(d, 0.4, dtype=torch.float64)
+    task = RegressionTask(lam, tau2, sigma2)
+    n = 300_000
+    query, prompt, target = task.sample(n, L, stream_generator(4, "test/gamma"))
+    m_hat = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # [n, d]  (1/L) Σ yᵢxᵢ
+    phi = (query[:, :d, None] * m_hat[:, None, :]).reshape(n, -1)  # ŷ = Σ_jk Γ_jk x_qj m̂_k
+    gram = phi.T @ phi / n
+    gamma_mc = torch.linalg.solve(gram, phi.T @ target / n).reshape(d, d).numpy()
+    gamma = linear_attention_fixed_point(lam.numpy(), tau2, sigma2, L)
+    zfb = linear_attention_fixed_point(lam.numpy(), tau2, 0.0, L)
+    err = np.abs(gamma_mc - gamma).max()
+    assert err < 0.03, err
+    assert np.abs(gamma - zfb).max() > 5 * err  # the test tells noisy from noiseless labels
+
+
+def test_ridge_is_the_posterior_mean():
+    """With λ = σ²/τ² the ridge predictor beats other ridges on fresh data (it is Bayes-optimal)."""
+    task = RegressionTask(toeplitz_covariance(3, 0.5, dtype=torch.float64), 0.5, 0.5)
+    query, prompt, target = task.sample(200_000, 4, stream_generator(5, "test/ridge"))
+    risks = {lam: float(((ridge_predictions(query, prompt, lam) - target) ** 2).mean()) for lam in (0.25, 1.0, 4.0)}
+    assert risks[1.0] < risks[0.25] and risks[1.0] < risks[4.0], risks
