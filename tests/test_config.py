@@ -48,6 +48,9 @@ def test_shipped_configs_are_valid(overlay):
         (("affine_limit", "ray", "t_max"), 0, r"'affine_limit.ray.t_max' = 0.*allowed: number in \(0, 20\]"),
         (("affine_limit", "measures"), ["gaussian", "cauchy"], r"'affine_limit.measures\[1\]' = \"cauchy\""),
         (("affine_limit", "gaussian_mean"), [0.0, 0.0], r"'affine_limit.gaussian_mean' has 2 entries"),
+        (("bounds", "log2_max_prompt_length"), 5, r"'bounds.log2_max_prompt_length' = 5: the L grid needs"),
+        (("bounds", "fixed_query", "repetition_block"), 10**6, r"'bounds.fixed_query.repetition_block' = 1000000 exceeds"),
+        (("train", "lr"), -0.1, r"'train.lr' = -0.1"),
     ],
 )
 def test_invalid_values_name_the_key_and_range(path, value, expected):

@@ -15,7 +15,7 @@ TRAIN = {"steps": 20, "batch_size": 8, "lr": 0.2, "log_every": 5, "checkpoint_ev
 def data(tmp_path):
     test_set = tmp_path / "icl_test.parquet"
     params = {"seed": 7, "icl": ICL, "prompt_lengths": [5, 30]}
-    icl_data.make_icl_test_set({}, {"test_set": test_set}, params)
+    icl_data.make_icl_test_set({}, {"test_set": test_set}, {"seed": 7, "icl": ICL, "max_prompt_length": 30})
     icl_data.bayes_risk({"test_set": test_set}, {"bayes_risk": tmp_path / "bayes.parquet"}, params)
     return tmp_path
 

@@ -93,3 +93,21 @@ def test_inspect_errors_are_clear(tmp_path):
     proc = _inspect(str(corrupt))
     assert proc.returncode == 2 and "not a readable Parquet file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_parquet_output_of_the_workflow_has_a_producing_rule():
+    """parquet_io.PRODUCERS names, for every Parquet path in the rules, the rule that declares it."""
+    import re
+
+    from conftest import REPO
+
+    checked = 0
+    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
+        text = smk.read_text()
+        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M):
+            outputs = body.split("output:", 1)[1].split("params:" if "params:" in body else "log:", 1)[0] if "output:" in body else ""
+            for path in re.findall(r'"(results/[^"]+\.parquet)"', outputs):
+                concrete = re.sub(r"\{[^}]+\}", "0", path)
+                assert parquet_io.producing_rule(concrete) == rule, (path, rule)
+                checked += 1
+    assert checked >= 14

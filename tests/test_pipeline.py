@@ -85,9 +85,19 @@ def _changed_config(work, path, value) -> str:
     return str(target.relative_to(work))
 
 
+RATE_FIGURES = {"plot_output_concentration", "plot_gradient_concentration", "plot_rate_exponent"}
 CHANGES = [
     (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "all"}),
     (("affine_limit", "ray", "n_points"), 7, {"make_queries", "simulate_affine_limit", "plot_affine_limit", "all"}),
+    (("bounds", "n_bootstrap"), 60, {"estimate_rates", *RATE_FIGURES, "all"}),
+    (("bounds", "fixed_query", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bounds", "plot_fixed_query_bound", "all"}),
+    (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "all"}),
+    (
+        ("train", "lr"),
+        0.2,
+        {"train", "summarize_training", "full_model_flow", "trajectory_gap",
+         "plot_training_vs_prompt_length", "plot_trajectory_transfer", "all"},
+    ),
 ]
 
 
@@ -97,6 +107,18 @@ def test_changed_config_value_reruns_exactly_the_affected_jobs(smoke_run, path, 
     changed = _changed_config(work, path, value)
     proc = run(snakemake_cmd("-n", "--configfile", changed), cwd=work)
     assert set(job_counts(proc.stdout + proc.stderr)) == expected
+
+
+def test_adding_a_prompt_length_trains_only_the_new_runs(smoke_run):
+    work, _, _ = smoke_run
+    with open(work / SMOKE) as fh:
+        lengths = yaml.safe_load(fh)["train"]["prompt_lengths"]
+    new = sorted(lengths + [int(min(lengths)) + 1])
+    changed = _changed_config(work, ("train", "prompt_lengths"), new)
+    proc = run(snakemake_cmd("-n", "--configfile", changed), cwd=work)
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert counts["train"] == 2  # softmax and linear at the new L, one seed in the smoke config
+    assert "make_icl_test_set" not in counts and "simulate_errors" not in counts
 
 
 def test_editing_a_plotting_module_redraws_only_its_figure(smoke_run):

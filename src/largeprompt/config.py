@@ -88,6 +88,20 @@ def cross_key_errors(config: dict) -> list[str]:
         )
     if "direction" in ray and not any(float(x) != 0.0 for x in ray["direction"]):
         lines.append("config key 'affine_limit.ray.direction' must not be the zero vector")
+    bounds = config.get("bounds", {})
+    for prefix, node in (("bounds", bounds), ("bounds.fixed_query", bounds.get("fixed_query", {}))):
+        lo, hi = node.get("log2_min_prompt_length"), node.get("log2_max_prompt_length")
+        if lo is not None and hi is not None and hi < lo + 2:
+            lines.append(
+                f"config keys '{prefix}.log2_min_prompt_length' = {lo} and '{prefix}.log2_max_prompt_length' = {hi}: "
+                f"the L grid needs log2_max_prompt_length ≥ log2_min_prompt_length + 2 to fit a rate"
+            )
+        block, reps = node.get("repetition_block"), node.get("n_repetitions")
+        if block is not None and reps is not None and block > reps:
+            lines.append(
+                f"config key '{prefix}.repetition_block' = {block} exceeds '{prefix}.n_repetitions' = {reps}; "
+                f"allowed: 1 ≤ repetition_block ≤ n_repetitions"
+            )
     return lines
 
 

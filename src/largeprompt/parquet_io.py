@@ -23,10 +23,17 @@ PRODUCERS = (
     (r"results/data/queries\.parquet$", "make_queries"),
     (r"results/data/icl_test\.parquet$", "make_icl_test_set"),
     (r"results/data/bayes_risk\.parquet$", "bayes_risk"),
+    (r"results/train/summary\.parquet$", "summarize_training"),
     (r"results/train/", "train"),
-    (r"results/infinite/", "infinite-prompt dynamics rules (workflow/rules/infinite.smk)"),
+    (r"results/infinite/full_model_seed\d+\.parquet$", "full_model_flow"),
+    (r"results/infinite/balanced_flow\.parquet$", "balanced_flow"),
+    (r"results/infinite/reduced_model\.parquet$", "reduced_model"),
+    (r"results/infinite/trajectory_gap\.parquet$", "trajectory_gap"),
     (r"results/bounds/affine_limit\.parquet$", "simulate_affine_limit"),
-    (r"results/bounds/", "error-bound rules (workflow/rules/bounds.smk)"),
+    (r"results/bounds/errors/", "simulate_errors"),
+    (r"results/bounds/(output|gradient)_errors\.parquet$", "collect_errors"),
+    (r"results/bounds/rates\.parquet$", "estimate_rates"),
+    (r"results/bounds/fixed_query_bounds\.parquet$", "simulate_fixed_query_bounds"),
 )
 
 

@@ -25,7 +25,7 @@ rule make_icl_test_set:
     params:
         seed=cfg("seed"),
         icl=cfg("icl"),
-        prompt_lengths=cfg("train", "prompt_lengths"),
+        max_prompt_length=max(cfg("train", "prompt_lengths")),  # adding a shorter L reruns nothing here
     log:
         "logs/data/make_icl_test_set.log",
     threads: 1

@@ -62,7 +62,7 @@ def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=t
 def make_icl_test_set(inputs, outputs, params, rule="make_icl_test_set"):
     """Write results/data/icl_test.parquet."""
     task = regression_task(params["icl"])
-    frame = test_set_frame(task, params["icl"]["n_test"], max(params["prompt_lengths"]), params["seed"])
+    frame = test_set_frame(task, params["icl"]["n_test"], params["max_prompt_length"], params["seed"])
     write_parquet(frame, outputs["test_set"], provenance(rule, params, seed=params["seed"]))
 
 
