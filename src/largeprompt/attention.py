@@ -31,8 +31,9 @@ class TiltedMoments:
     ±10⁴ neither overflow nor underflow the normaliser.
     """
 
-    # Score tiles of about this many elements (1 MiB in float64) stay in cache between the passes.
-    TILE_ELEMENTS = 1 << 17
+    # Score tiles of this many elements (8 MiB in float64): large enough that per-tile overhead is
+    # negligible (measured: 1 << 17 is 10% slower at L = 10⁶, 64 queries), small enough to bound memory.
+    TILE_ELEMENTS = 1 << 20
     # Rebase the reference score before weights get anywhere near overflow.
     MAX_WEIGHT_SUM = 1e200
 

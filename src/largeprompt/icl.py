@@ -30,17 +30,24 @@ class RegressionTask:
     def sample_with_tasks(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
         """As :meth:`sample`, also returning the task vectors β [B, d].
 
-        One randn call for the L + 1 tokens and their noise (the [B, L+1, D] floor), one for β.
+        One randn call g for the L + 1 tokens and their noise (the [B, L+1, D] floor), one for β, then a
+        single batched product z = g T_β with T_β = [[Cᵀ, Cᵀβ], [0, σ]] (Λ = C Cᵀ): x = C g_x and
+        y = βᵀx + σ g_y in one pass, written straight into the token layout (x, y).
         """
         d, L = self.dim, int(prompt_length)
-        g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, d+1]
+        g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, D]
         beta = torch.randn(batch, d, generator=generator, dtype=dtype, device=device) * self.task_variance**0.5  # [B, d]
-        chol = self._chol.to(dtype=dtype, device=device)
-        x = g[..., :d] @ chol.T  # [B, L+1, d]  x ~ N(0, Λ)
-        y = (x @ beta.unsqueeze(-1)).squeeze(-1) + self.noise_variance**0.5 * g[..., d]  # [B, L+1]
-        prompt = torch.cat([x[:, :L], y[:, :L, None]], dim=-1)  # [B, L, D]
-        query = torch.cat([x[:, L], torch.zeros_like(y[:, L, None])], dim=-1)  # [B, D]  z_q = (x_q, 0)
-        return query, prompt, y[:, L], beta
+        chol = self._chol.to(dtype=dtype, device=device)  # C [d, d]
+        transform = torch.zeros(batch, d + 1, d + 1, dtype=dtype, device=device)  # T_β [B, D, D]
+        transform[:, :d, :d] = chol.T
+        transform[:, :d, d] = beta @ chol  # Cᵀβ
+        transform[:, d, d] = self.noise_variance**0.5
+        tokens = g @ transform  # [B, L+1, D]  rows (x, y)
+        prompt = tokens[:, :L]  # [B, L, D] (a view)
+        query = tokens[:, L].clone()  # [B, D]
+        target = query[:, d].clone()  # [B]  y_q = βᵀx_q + σε_q
+        query[:, d] = 0.0  # z_q = (x_q, 0)
+        return query, prompt, target, beta
 
 
 def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:

@@ -39,18 +39,47 @@ def attention_parameters(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: t
     return U, u
 
 
+class _TiltedReadout(torch.autograd.Function):
+    """ŷ_b = Σᵢ p_bi wᵢ with sᵢ = zᵢᵀa_b, wᵢ = zᵢᵀu, p = softmax(s) or s/L, and its analytic backward.
+
+    Two passes over the prompt per step, forward and backward, and nothing of size [B, L, D] is
+    saved beyond the prompt itself (SPEC §4). Gradients, with g = ∂ℓ/∂ŷ:
+      softmax: ∇a_b = g_b Σᵢ p_bi (wᵢ − ŷ_b) zᵢ,  ∇u = Σ_b g_b Σᵢ p_bi zᵢ;
+      linear:  ∇a_b = g_b Σᵢ wᵢ zᵢ / L,            ∇u = Σ_b g_b Σᵢ sᵢ zᵢ / L.
+    Checked against autograd through the naive Q/K/V/O model (tests/test_training.py).
+    """
+
+    @staticmethod
+    def forward(ctx, a, u, prompt, softmax: bool):
+        # a [B, D], u [D], prompt [B, L, D]
+        sw = torch.stack([a, u.expand_as(a)], dim=-2) @ prompt.mT  # [B, 2, L]  rows (sᵢ), (wᵢ), contiguous
+        scores, values = sw[:, 0], sw[:, 1]
+        weights = torch.softmax(scores, dim=-1) if softmax else scores / prompt.shape[-2]  # [B, L]
+        prediction = (weights * values).sum(-1)  # [B]
+        ctx.save_for_backward(prompt, weights, values, prediction)
+        ctx.softmax = softmax
+        return prediction
+
+    @staticmethod
+    def backward(ctx, grad_prediction):
+        prompt, weights, values, prediction = ctx.saved_tensors
+        if ctx.softmax:
+            mix = torch.stack([weights * (values - prediction.unsqueeze(-1)), weights], dim=-2)  # [B, 2, L]
+        else:
+            L = prompt.shape[-2]
+            mix = torch.stack([values / L, weights], dim=-2)  # [B, 2, L]; weights = s/L
+        moments = mix @ prompt  # [B, 2, D]
+        grad_a = grad_prediction.unsqueeze(-1) * moments[:, 0]  # [B, D]
+        grad_u = grad_prediction @ moments[:, 1]  # [D]
+        return grad_a, grad_u, None, None
+
+
 def readout(query: torch.Tensor, prompt: torch.Tensor, U: torch.Tensor, u: torch.Tensor, model: str) -> torch.Tensor:
     """ŷ = Σᵢ pᵢ uᵀzᵢ from a = U z_q (efficient form, SPEC §4). query [B, D], prompt [B, L, D] → [B]."""
-    a = query @ U.T  # [B, D]  a = U z_q
-    sw = prompt @ torch.stack([a, u.expand_as(a)], dim=-1)  # [B, L, 2]  (sᵢ, wᵢ)
-    scores, values = sw[..., 0], sw[..., 1]  # [B, L], [B, L]
-    if model == "softmax":
-        weights = torch.softmax(scores, dim=-1)  # [B, L]
-    elif model == "linear":
-        weights = scores / prompt.shape[-2]  # [B, L]
-    else:
+    if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
-    return (weights * values).sum(-1)  # [B]
+    a = query @ U.T  # [B, D]  a = U z_q
+    return _TiltedReadout.apply(a, u, prompt, model == "softmax")
 
 
 def predict(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: torch.Tensor, model: str) -> torch.Tensor:
