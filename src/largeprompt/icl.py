@@ -16,7 +16,7 @@ class RegressionTask:
     """The in-context regression task of SPEC F6: Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
 
     def __init__(self, covariance, task_variance: float, noise_variance: float):
-        self.covariance = torch.as_tensor(covariance, dtype=torch.float64)  # Λ [d, d]
+        self.covariance = torch.as_tensor(covariance, dtype=torch.float64, device="cpu")  # Λ [d, d], host copy
         self.task_variance = float(task_variance)  # τ²
         self.noise_variance = float(noise_variance)  # σ²
         self.dim = self.covariance.shape[0]  # d

@@ -73,9 +73,10 @@ class TokenMeasure:
 
     name = ""
 
-    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64, device=None):
         self.dim = int(dim)
         self.dtype = dtype
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
 
     def sample(self, n, generator: torch.Generator | None = None) -> torch.Tensor:
         raise NotImplementedError
@@ -91,11 +92,11 @@ class TokenMeasure:
 
     @property
     def mean(self) -> torch.Tensor:
-        return self.cgf_grad(torch.zeros(self.dim, dtype=self.dtype))
+        return self.cgf_grad(torch.zeros(self.dim, dtype=self.dtype, device=self.device))
 
     @property
     def covariance(self) -> torch.Tensor:
-        return self.cgf_hess(torch.zeros(self.dim, dtype=self.dtype))
+        return self.cgf_hess(torch.zeros(self.dim, dtype=self.dtype, device=self.device))
 
     def to(self, device) -> "TokenMeasure":  # pragma: no cover - overridden where state exists
         return self
@@ -104,25 +105,26 @@ class TokenMeasure:
 class Gaussian(TokenMeasure):
     """μ = N(mean, cov): K(a) = aᵀm + ½ aᵀSa, ∇K = m + Sa, ∇²K = S (SPEC F1, THEORY §A)."""
 
-    def __init__(self, mean, cov, *, dtype: torch.dtype = torch.float64):
-        m = torch.as_tensor(mean, dtype=dtype)
-        s = torch.as_tensor(cov, dtype=dtype)
+    def __init__(self, mean, cov, *, dtype: torch.dtype = torch.float64, device=None):
+        if device is None:
+            device = mean.device if isinstance(mean, torch.Tensor) else "cpu"
+        m = torch.as_tensor(mean, dtype=dtype, device=device)
+        s = torch.as_tensor(cov, dtype=dtype, device=device)
         if m.ndim != 1 or s.shape != (m.shape[0], m.shape[0]):
             raise ValueError(f"Gaussian needs mean [D] and cov [D, D]; got {tuple(m.shape)} and {tuple(s.shape)}")
         if not torch.allclose(s, s.T):
             raise ValueError("Gaussian covariance must be symmetric")
-        super().__init__(int(m.shape[0]), dtype=dtype)
+        super().__init__(int(m.shape[0]), dtype=dtype, device=device)
         self.name = "gaussian"
         self.loc = m
         self.cov = s
         self._chol = torch.linalg.cholesky(s)  # raises if S is not positive definite
 
     def to(self, device) -> "Gaussian":
-        g = Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype)
-        return g
+        return Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
-        g = torch.randn(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.loc.device)
+        g = torch.randn(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.device)
         return self.loc + g @ self._chol.T  # [*n, D]
 
     def cgf(self, a):
@@ -138,15 +140,12 @@ class Gaussian(TokenMeasure):
 class Rademacher(TokenMeasure):
     """i.i.d. ±1 coordinates: K(a) = Σ log cosh aⱼ, ∇K = tanh(a), ∇²K = diag(1 − tanh² a) (F1)."""
 
-    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
-        super().__init__(int(dim), dtype=dtype)
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64, device=None):
+        super().__init__(int(dim), dtype=dtype, device=device)
         self.name = "rademacher"
-        self.device = torch.device("cpu")
 
     def to(self, device) -> "Rademacher":
-        r = Rademacher(self.dim, dtype=self.dtype)
-        r.device = torch.device(device)
-        return r
+        return Rademacher(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
         bits = torch.randint(0, 2, (*_shape(n), self.dim), generator=generator, device=self.device)
@@ -168,15 +167,12 @@ class Uniform(TokenMeasure):
     K(a) = Σ log(sinh(√3 aⱼ)/(√3 aⱼ)), ∇K = √3 𝓛(√3 a), ∇²K = diag(3 𝓛'(√3 a)) (F1, THEORY §B(ii)).
     """
 
-    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64):
-        super().__init__(int(dim), dtype=dtype)
+    def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64, device=None):
+        super().__init__(int(dim), dtype=dtype, device=device)
         self.name = "uniform"
-        self.device = torch.device("cpu")
 
     def to(self, device) -> "Uniform":
-        u = Uniform(self.dim, dtype=self.dtype)
-        u.device = torch.device(device)
-        return u
+        return Uniform(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
         r = torch.rand(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.device)
@@ -192,22 +188,24 @@ class Uniform(TokenMeasure):
         return _diag_embed(3.0 * langevin_derivative(SQRT3 * a))
 
 
-def toeplitz_covariance(dim: int, rho: float, scale: float = 1.0, dtype=torch.float64) -> torch.Tensor:
+def toeplitz_covariance(dim: int, rho: float, scale: float = 1.0, dtype=torch.float64, device=None) -> torch.Tensor:
     """S_ij = scale · rho^|i−j| (the authors' §6 covariance with rho = 0.5)."""
-    idx = torch.arange(dim)
-    return scale * torch.as_tensor(rho, dtype=dtype) ** (idx[:, None] - idx[None, :]).abs().to(dtype)
+    device = device if device is not None else "cpu"
+    idx = torch.arange(dim, device=device)
+    return scale * torch.as_tensor(rho, dtype=dtype, device=device) ** (idx[:, None] - idx[None, :]).abs().to(dtype)
 
 
-def make_measure(name: str, dim: int, *, mean=None, cov=None, dtype=torch.float64) -> TokenMeasure:
-    """Build a token measure from its config name ('gaussian', 'rademacher', 'uniform')."""
+def make_measure(name: str, dim: int, *, mean=None, cov=None, dtype=torch.float64, device=None) -> TokenMeasure:
+    """Build a token measure from its config name ('gaussian', 'rademacher', 'uniform') on ``device``."""
+    device = device if device is not None else "cpu"
     if name == "gaussian":
-        mean = torch.zeros(dim, dtype=dtype) if mean is None else mean
-        cov = torch.eye(dim, dtype=dtype) if cov is None else cov
-        return Gaussian(mean, cov, dtype=dtype)
+        mean = torch.zeros(dim, dtype=dtype, device=device) if mean is None else mean
+        cov = torch.eye(dim, dtype=dtype, device=device) if cov is None else cov
+        return Gaussian(mean, cov, dtype=dtype, device=device)
     if name == "rademacher":
-        return Rademacher(dim, dtype=dtype)
+        return Rademacher(dim, dtype=dtype, device=device)
     if name == "uniform":
-        return Uniform(dim, dtype=dtype)
+        return Uniform(dim, dtype=dtype, device=device)
     raise ValueError(f"unknown token measure {name!r}; allowed: 'gaussian', 'rademacher', 'uniform'")
 
 

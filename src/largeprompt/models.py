@@ -26,7 +26,7 @@ def init_parameters(dim: int, generator: torch.Generator, dtype=torch.float64, d
     shapes = {"Q": (dim, dim), "K": (dim, dim), "V": (dim, dim), "O": (1, dim)}
     params = {}
     for name in PARAMETER_NAMES:
-        w = torch.empty(shapes[name], dtype=torch.float64)
+        w = torch.empty(shapes[name], dtype=torch.float64, device="cpu")  # drawn on the host, then moved
         torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=generator)
         params[name] = w.to(dtype=dtype, device=device)
     return params

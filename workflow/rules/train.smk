@@ -14,7 +14,7 @@ rule train:
         seed=cfg("seed"),
         icl=icl_task_settings(),
         train=train_settings(),
-        device=cfg("train", "device"),
+        device=cfg("device"),
         checkpoint=lambda w: f"results/checkpoints/train/{w.model}/L{w.L}/seed{w.seed}.pt",
     log:
         "logs/train/{model}/L{L}/seed{seed}.log",

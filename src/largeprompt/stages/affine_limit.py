@@ -20,18 +20,19 @@ from ..seeding import stream_generator
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-def affine_limit_measure(name: str, dim: int, params: dict, dtype=torch.float64):
+def affine_limit_measure(name: str, dim: int, params: dict, dtype=torch.float64, device="cpu"):
     """The token measure of panel ``name``: N(m, Toeplitz(ρ)) or unit-variance Rademacher/uniform."""
     if name == "gaussian":
-        cov = toeplitz_covariance(dim, params["gaussian_rho"], dtype=dtype)
-        return make_measure(name, dim, mean=torch.tensor(params["gaussian_mean"], dtype=dtype), cov=cov, dtype=dtype)
-    return make_measure(name, dim, dtype=dtype)
+        cov = toeplitz_covariance(dim, params["gaussian_rho"], dtype=dtype, device=device)
+        mean = torch.tensor(params["gaussian_mean"], dtype=dtype, device=device)
+        return make_measure(name, dim, mean=mean, cov=cov, dtype=dtype, device=device)
+    return make_measure(name, dim, dtype=dtype, device=device)
 
 
-def attention_and_value(dim: int, scale: float, dtype=torch.float64):
+def attention_and_value(dim: int, scale: float, dtype=torch.float64, device="cpu"):
     """U = scale·I [D, D] and V = e₁ᵀ [1, D]: the output is the first coordinate of the tilted mean."""
-    attention_matrix = scale * torch.eye(dim, dtype=dtype)
-    value_matrix = torch.zeros(1, dim, dtype=dtype)
+    attention_matrix = scale * torch.eye(dim, dtype=dtype, device=device)
+    value_matrix = torch.zeros(1, dim, dtype=dtype, device=device)
     value_matrix[0, 0] = 1.0
     return attention_matrix, value_matrix
 
@@ -47,11 +48,11 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit")
     n_points, dim = query.shape
     lengths = sorted(int(L) for L in params["prompt_lengths"])
     n_prompts = int(params["n_prompts"])
-    U, V = (m.to(device) for m in attention_and_value(dim, params["attention_scale"], dtype))
+    U, V = attention_and_value(dim, params["attention_scale"], dtype, device)
 
     frames = []
     for name in params["measures"]:
-        measure = affine_limit_measure(name, dim, params, dtype).to(device)
+        measure = affine_limit_measure(name, dim, params, dtype, device)
         limit = infinite_prompt_attention(query, measure, U, V)[:, 0].cpu().numpy()  # [P]
         finite = np.empty((n_prompts, len(lengths), n_points))
         for prompt in progress(range(n_prompts), desc=f"affine_limit {name}"):

@@ -72,8 +72,8 @@ def tilt_scales(measure_name: str, c: float) -> tuple[float, float]:
 
 def sweep_measure(measure_name: str, dim: int, sigma_sq: float, dtype, device):
     """The token measure of the sweep: N(0, σ² I_D), or unit-variance Rademacher / uniform."""
-    cov = sigma_sq * torch.eye(dim, dtype=dtype) if measure_name == "gaussian" else None
-    return make_measure(measure_name, dim, cov=cov, dtype=dtype).to(device)
+    cov = sigma_sq * torch.eye(dim, dtype=dtype, device=device) if measure_name == "gaussian" else None
+    return make_measure(measure_name, dim, cov=cov, dtype=dtype, device=device)
 
 
 def simulate_errors(inputs, outputs, params, rule="simulate_errors"):
@@ -246,12 +246,16 @@ def estimate_rates(inputs, outputs, params, rule="estimate_rates"):
 
 
 def fixed_query_setup(kappa: float, dim: int, rho: float, dtype=torch.float64):
-    """Tokens N(0, S), S_ij = ρ^|i−j|, U = I, V = I, and z_q = a along e₁ scaled so that aᵀSa = κ."""
-    cov = toeplitz_covariance(dim, rho, dtype=dtype)
-    e = torch.zeros(dim, dtype=dtype)
+    """Tokens N(0, S), S_ij = ρ^|i−j|, U = I, V = I, and z_q = a along e₁ scaled so that aᵀSa = κ.
+
+    Host-side (CPU) tensors: the closed-form bounds are evaluated here; the Monte Carlo moves them to the device.
+    """
+    cpu = torch.device("cpu")
+    cov = toeplitz_covariance(dim, rho, dtype=dtype, device=cpu)
+    e = torch.zeros(dim, dtype=dtype, device=cpu)
     e[0] = 1.0
     query = e * math.sqrt(kappa / float(e @ cov @ e))  # [D]
-    return cov, query, torch.eye(dim, dtype=dtype), torch.eye(dim, dtype=dtype)
+    return cov, query, torch.eye(dim, dtype=dtype, device=cpu), torch.eye(dim, dtype=dtype, device=cpu)
 
 
 def order_statistic_ci(sorted_values: np.ndarray, prob: float, level: float):
@@ -273,7 +277,7 @@ def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_qu
     for kappa in params["kappas"]:
         kappa = float(kappa)
         cov, query, attention_matrix, value_matrix = fixed_query_setup(kappa, dim, params["rho"], dtype)
-        measure = make_measure("gaussian", dim, cov=cov, dtype=dtype).to(device)
+        measure = make_measure("gaussian", dim, cov=cov.to(device), dtype=dtype, device=device)
         tilt = (attention_matrix @ query).to(device)  # a [D]
         limit = measure.cgf_grad(tilt) @ value_matrix.T.to(device)  # T_∞ [Dout]
         kidx = int(round(kappa * 1e6))

@@ -46,16 +46,16 @@ def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, se
     return frame
 
 
-def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=torch.float64):
-    """(query [N, D], prompt [N, L, D], target [N]) from the long-format test set, first L tokens."""
+def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=torch.float64, device="cpu"):
+    """(query [N, D], prompt [N, L, D], target [N]) from the long-format test set, first L tokens, on ``device``."""
     frame = frame.sort_values(["prompt", "token_index"])
     xcols = sorted((c for c in frame.columns if c.startswith("x")), key=lambda c: int(c[1:]))
     n = frame["prompt"].nunique()
     arr = frame[xcols + ["y"]].to_numpy().reshape(n, -1, len(xcols) + 1)  # [N, L_max+1, D]
-    query = torch.tensor(arr[:, 0], dtype=dtype)  # [N, D]
+    query = torch.tensor(arr[:, 0], dtype=dtype, device=device)  # [N, D]
     target = query[:, -1].clone()  # [N]
     query[:, -1] = 0.0  # z_q = (x_q, 0)
-    prompt = torch.tensor(arr[:, 1:] if prompt_length is None else arr[:, 1 : 1 + prompt_length], dtype=dtype)  # [N, L, D]
+    prompt = torch.tensor(arr[:, 1:] if prompt_length is None else arr[:, 1 : 1 + prompt_length], dtype=dtype, device=device)  # [N, L, D]
     return query, prompt, target
 
 
