@@ -264,6 +264,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-pipeline", action="store_true")
+    parser.add_argument("--pipeline-only", action="store_true", help="only the whole-pipeline timings")
     parser.add_argument("--pipeline-config", default="config/smoke.yaml",
                         help="config overlay for the pipeline timings; 'default' for config/config.yaml alone")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -278,6 +279,10 @@ def main(argv=None) -> int:
         print(json.dumps(result))
         return 0
     config = None if args.pipeline_config == "default" else args.pipeline_config
+    if args.pipeline_only:
+        for text in bench_pipeline(config):
+            print(text, flush=True)
+        return 0
     return run_benchmarks(quick=args.quick, pipeline=not args.skip_pipeline, pipeline_config=config)
 
 
