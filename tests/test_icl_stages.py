@@ -82,3 +82,13 @@ def test_summary_and_trajectory_gap(data):
     fits = gap[gap["kind"] == "fit"]
     assert set(fits["experiment"]) == {"full_model", "reduced_model"}
     assert (gap[gap["kind"] == "gap"]["sup_distance"] > 0).all()
+
+
+def test_checkpoint_of_another_task_is_not_reused(data):
+    """A checkpoint left by a killed job is ignored when the config's task has changed since."""
+    from largeprompt.stages.train import run_config
+
+    params = {"model": "softmax", "prompt_length": 5, "run_seed": 1, "seed": 7, "icl": ICL, "train": TRAIN}
+    other = dict(params, icl=dict(ICL, noise_variance=ICL["noise_variance"] * 2))
+    assert run_config(params).key() != run_config(other).key()
+    assert run_config(params).key() == run_config(dict(params)).key()

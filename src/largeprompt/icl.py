@@ -84,6 +84,40 @@ def reduced_infinite_prompt_risk(task: RegressionTask, v: torch.Tensor, A: torch
     return task.task_variance * torch.trace(R.T @ lam @ R) + task.noise_variance
 
 
+def _sym_sqrt(lam: np.ndarray) -> np.ndarray:
+    evals, evecs = np.linalg.eigh(lam)
+    return (evecs * np.sqrt(evals)) @ evecs.T
+
+
+def reduced_finite_prompt_correction(v: float, A, covariance, noise_variance: float) -> float:
+    """F(v, A) = lim L·(R_L − R∞) for the reduced softmax model, τ² = 1 (SPEC F6; THEORY §F(iv), general Λ).
+
+    With M = Λ^{1/2} A Λ Aᵀ Λ^{1/2}, Σ_M = (I − 2M)⁻¹ and Z = det(I − 2M)^{−1/2}:
+    F = Z[v²(trΛ + σ²) − v² tr(Λ^{1/2} A Λ² Aᵀ Λ^{1/2} Σ_M) + 2v tr(Λ^{1/2} A Λ^{3/2} Σ_M)].
+    Finite only for ‖Λ^{1/2} A Λ^{1/2}‖₂ < 1/√2; returns +inf beyond.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    lam = np.asarray(covariance, dtype=np.float64)
+    root = _sym_sqrt(lam)  # Λ^{1/2}
+    d = lam.shape[0]
+    M = root @ A @ lam @ A.T @ root
+    I_minus = np.eye(d) - 2.0 * M
+    if np.linalg.eigvalsh(I_minus).min() <= 0.0:
+        return float("inf")
+    sigma_m = np.linalg.inv(I_minus)
+    Z = np.linalg.det(I_minus) ** -0.5
+    variance = v**2 * (np.trace(lam) + noise_variance) - v**2 * np.trace(root @ A @ lam @ lam @ A.T @ root @ sigma_m)
+    cross = 2.0 * v * np.trace(root @ A @ lam @ root @ sigma_m)  # Λ^{3/2} = Λ Λ^{1/2}
+    return float(Z * (variance + cross))
+
+
+def valley_optimal_scale(dim: int, noise_variance: float) -> float:
+    """α* on the valley vA = I (Λ = I): the smaller root s of (d+2)(d+2σ²)s² − (d+4)(d+σ²)s + (d+σ²) = 0, α* = √s (SPEC F6)."""
+    d, s2 = float(dim), float(noise_variance)
+    roots = np.roots([(d + 2) * (d + 2 * s2), -(d + 4) * (d + s2), d + s2])
+    return float(np.sqrt(np.min(roots.real)))
+
+
 def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> np.ndarray:
     """Γ* of linear attention ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ, with noisy labels (SPEC F6, THEORY §F(v)).
 

@@ -25,6 +25,20 @@ def _shape(n) -> tuple[int, ...]:
     return (n,) if isinstance(n, int) else tuple(n)
 
 
+def _in_float64(fn):
+    """Evaluate in float64 and cast back: just above the series cutoff the closed forms cancel to
+    ~1e-2 relative error in float32, but stay at ~1e-11 in float64."""
+
+    def wrapped(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64:
+            return fn(x)
+        return fn(x.to(torch.float64)).to(x.dtype)
+
+    wrapped.__doc__, wrapped.__name__ = fn.__doc__, fn.__name__
+    return wrapped
+
+
+@_in_float64
 def langevin(x: torch.Tensor) -> torch.Tensor:
     """𝓛(x) = coth x − 1/x, stable at 0 (THEORY §B(ii)); 𝓛(x) = x/3 − x³/45 + 2x⁵/945 − …"""
     small = x.abs() < _SERIES_CUTOFF
@@ -35,6 +49,7 @@ def langevin(x: torch.Tensor) -> torch.Tensor:
     return torch.where(small, series, closed)
 
 
+@_in_float64
 def langevin_derivative(x: torch.Tensor) -> torch.Tensor:
     """𝓛'(x) = 1/x² − 1/sinh²x, stable at 0 (series 1/3 − x²/15 + 2x⁴/189) and at large |x|."""
     small = x.abs() < _SERIES_CUTOFF
@@ -47,6 +62,7 @@ def langevin_derivative(x: torch.Tensor) -> torch.Tensor:
     return torch.where(small, series, closed)
 
 
+@_in_float64
 def log_sinhc(x: torch.Tensor) -> torch.Tensor:
     """log(sinh(x)/x), stable at 0 (series x²/6 − x⁴/180) and for large |x|."""
     small = x.abs() < _SERIES_CUTOFF

@@ -41,11 +41,20 @@ def git_commit(path: str = str(Path(__file__).parent)) -> str:
 
 
 def provenance(rule: str, params: dict, seed: int | None) -> dict:
-    """The provenance record for one output of ``rule``."""
-    return {
+    """The provenance record for one output of ``rule``.
+
+    Random streams differ between CPU and CUDA generators, so the device a ``device: auto`` job
+    actually ran on is recorded too.
+    """
+    record = {
         "rule": rule,
         "params": params,
         "seed": seed,
         "versions": package_versions(),
         "git_commit": git_commit(),
     }
+    if isinstance(params, dict) and "device" in params:
+        from .runlog import resolve_device
+
+        record["resolved_device"] = str(resolve_device(params["device"]))
+    return record

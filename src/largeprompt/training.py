@@ -51,6 +51,7 @@ class RunConfig:
     log_every: int
     divergence_threshold: float
     dtype: str = "float32"
+    task: str = ""  # the in-context task (config `icl`) as sorted JSON: a checkpoint of another task is not reused
 
     def key(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

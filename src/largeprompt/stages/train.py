@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ def run_config(params: dict) -> RunConfig:
         log_every=int(train["log_every"]),
         divergence_threshold=float(train["divergence_threshold"]),
         dtype=train["dtype"],
+        task=json.dumps(params["icl"], sort_keys=True),
     )
 
 
