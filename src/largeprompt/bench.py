@@ -168,9 +168,9 @@ def run_worker(name: str, prompt_length=0, dim=6, n_queries=64, repeats=5, **ext
 # report
 
 
-def line(label: str, value: float, unit: str, ref_label: str, ref: float, ratio: float, target: str) -> str:
-    ok = "ok" if eval_target(ratio, target) else "MISSED"
-    return f"{label:<44} {value:>10.3g} {unit:<12} | {ref_label:<28} {ref:>10.3g} | ratio {ratio:6.2f} (target {target}) {ok}"
+def line(label: str, value: float, unit: str, ref_label: str, ref: float, ratio: float, target: str | None) -> str:
+    verdict = "(no target)" if target is None else f"(target {target}) {'ok' if eval_target(ratio, target) else 'MISSED'}"
+    return f"{label:<44} {value:>10.3g} {unit:<12} | {ref_label:<28} {ref:>10.3g} | ratio {ratio:6.2f} {verdict}"
 
 
 def eval_target(ratio: float, target: str) -> bool:
@@ -215,7 +215,7 @@ def bench_training(quick: bool) -> list[str]:
     return [
         f"# one §6 training step, {TRAINING_SHAPE}, float32 weights as in training, 1 thread, median of {reps}",
         line("efficient step (s)", eff["seconds"], "s", "floor: draw batch + one pass", floor["seconds"], eff["seconds"] / floor["seconds"], "<=2.0"),
-        line("naive Q/K/V projection step (s)", naive["seconds"], "s", "floor: draw batch + one pass", floor["seconds"], naive["seconds"] / floor["seconds"], "<=99"),
+        line("naive Q/K/V projection step (s)", naive["seconds"], "s", "floor: draw batch + one pass", floor["seconds"], naive["seconds"] / floor["seconds"], None),
         line("efficient step (s)", eff["seconds"], "s", "naive step", naive["seconds"], eff["seconds"] / naive["seconds"], "<=1.0"),
     ] + _paper_extrapolation(reps, eff["seconds"])
 
