@@ -134,3 +134,28 @@ def test_ridge_is_the_posterior_mean():
     query, prompt, target = task.sample(200_000, 4, stream_generator(5, "test/ridge"))
     risks = {lam: float(((ridge_predictions(query, prompt, lam) - target) ** 2).mean()) for lam in (0.25, 1.0, 4.0)}
     assert risks[1.0] < risks[0.25] and risks[1.0] < risks[4.0], risks
+
+
+def test_optimal_linear_attention_risk_by_monte_carlo_and_optimality():
+    """R(Γ) of ŷ = x_qᵀΓm̂ (THEORY §F(v), general τ²) against Monte Carlo; Γ* minimises it."""
+    import math
+
+    from largeprompt.icl import linear_attention_fixed_point, linear_attention_risk, optimal_linear_attention_risk
+    from largeprompt.measures import toeplitz_covariance
+
+    lam = toeplitz_covariance(3, 0.5).numpy()
+    tau2, s2, L = 0.4, 0.3, 12
+    task = RegressionTask(lam, tau2, s2)
+    gamma = linear_attention_fixed_point(lam, tau2, s2, L)
+    gen = torch.Generator().manual_seed(3)
+    query, prompt, target = task.sample(400_000, L, gen)
+    m_hat = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # (1/L) Σ yᵢxᵢ, [B, d]
+    err2 = ((query[:, :-1] @ torch.tensor(gamma) * m_hat).sum(-1) - target) ** 2
+    mc, se = float(err2.mean()), float(err2.std()) / math.sqrt(len(err2))
+    assert abs(mc - optimal_linear_attention_risk(lam, tau2, s2, L)) < 5 * se, (mc, se)
+    # Γ* is the minimiser: any perturbation raises the risk, and the risk tends to σ² + the Bayes gap as L grows
+    rng = np.random.default_rng(0)
+    best = linear_attention_risk(gamma, lam, tau2, s2, L)
+    for _ in range(5):
+        assert linear_attention_risk(gamma + 1e-2 * rng.standard_normal((3, 3)), lam, tau2, s2, L) > best
+    assert optimal_linear_attention_risk(lam, tau2, s2, 10**7) == pytest.approx(s2, abs=1e-5)

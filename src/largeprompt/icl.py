@@ -129,6 +129,25 @@ def linear_attention_fixed_point(covariance, task_variance: float, noise_varianc
     return np.linalg.inv((1.0 + 1.0 / n) * lam + shift * np.eye(lam.shape[0]))
 
 
+def linear_attention_risk(gamma, covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
+    """Population risk of the linear-attention predictor ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ (THEORY §F(v), general τ²).
+
+    R(Γ) = tr(Γ M Γᵀ Λ) − 2τ² tr(Γ Λ²) + τ² tr Λ + σ², with
+    M = E m̂m̂ᵀ = τ²[Λ² + (Λ² + tr(Λ)Λ)/L] + σ²Λ/L.
+    """
+    lam = np.asarray(covariance, dtype=np.float64)
+    g = np.asarray(gamma, dtype=np.float64)
+    tau2, s2, n = float(task_variance), float(noise_variance), float(prompt_length)
+    m = tau2 * (lam @ lam + (lam @ lam + np.trace(lam) * lam) / n) + s2 * lam / n
+    return float(np.trace(g @ m @ g.T @ lam) - 2 * tau2 * np.trace(g @ lam @ lam) + tau2 * np.trace(lam) + s2)
+
+
+def optimal_linear_attention_risk(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
+    """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (SPEC F6, THEORY §F(v))."""
+    gamma = linear_attention_fixed_point(covariance, task_variance, noise_variance, prompt_length)
+    return linear_attention_risk(gamma, covariance, task_variance, noise_variance, prompt_length)
+
+
 def ridge_predictions(query: torch.Tensor, prompt: torch.Tensor, ridge: float) -> torch.Tensor:
     """Posterior-mean (ridge, λ = σ²/τ²) predictions x_qᵀ(XᵀX + λI)⁻¹Xᵀy, the Bayes predictor (SPEC §3.1 stage 1).
 

@@ -47,6 +47,9 @@ def plot_training_vs_prompt_length(inputs, outputs, params, rule="plot_training_
             _seeds(ax, runs[runs["model"] == model], "test_loss", COLORS[model])
     ax.plot(bayes["prompt_length"], bayes["bayes_risk"], color="black", linewidth=1.4,
             label=r"Bayes risk (ridge, $\lambda = \sigma^2/\tau^2$), same test set")
+    if "optimal_linear_attention_risk" in bayes:
+        ax.plot(bayes["prompt_length"], bayes["optimal_linear_attention_risk"], color=COLORS["linear"], linestyle="--",
+                linewidth=1.2, label=r"best linear attention $R(\Gamma^*)$, $\hat y = x_q^\top\Gamma^*\hat m$ (THEORY §F(v))")
     ax.axhline(sigma2, label=rf"noise floor $\sigma^2 = {sigma2:g}$", **THEORY_STYLE)
     ax.set_xscale("log")
     ax.set_yscale("log")

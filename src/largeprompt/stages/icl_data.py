@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..icl import RegressionTask, ridge_predictions
+from ..icl import RegressionTask, optimal_linear_attention_risk, ridge_predictions
 from ..measures import toeplitz_covariance
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
@@ -75,6 +75,7 @@ def bayes_prompt_lengths(train_lengths, n_grid: int = 30) -> list[int]:
 def bayes_risk(inputs, outputs, params, rule="bayes_risk"):
     """Write results/data/bayes_risk.parquet: the ridge (λ = σ²/τ²) test MSE at every L, with its standard error."""
     icl = params["icl"]
+    task = regression_task(icl)
     query, prompt, target = load_test_set(read_parquet(inputs["test_set"]))
     ridge = icl["noise_variance"] / icl["task_variance"]
     rows = []
@@ -85,5 +86,9 @@ def bayes_risk(inputs, outputs, params, rule="bayes_risk"):
             "bayes_risk": float(err2.mean()),
             "bayes_risk_se": float(err2.std() / len(err2) ** 0.5),
             "in_training_grid": L in set(params["prompt_lengths"]),
+            # population risk of the best linear-attention predictor x_qᵀΓ*m̂ (THEORY §F(v)), for reference
+            "optimal_linear_attention_risk": optimal_linear_attention_risk(
+                task.covariance.numpy(), icl["task_variance"], icl["noise_variance"], L
+            ),
         })
     write_parquet(pd.DataFrame(rows), outputs["bayes_risk"], provenance(rule, params, seed=params["seed"]))
