@@ -3,17 +3,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
+
+from largeprompt.bench import copy_worktree
 
 REPO = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture
-def float64():
-    return torch.float64
 
 
 def snakemake_cmd(*args):
@@ -30,16 +26,5 @@ def run(cmd, cwd, timeout=600, check=True, env=None):
 
 
 def copy_repo(dest: Path) -> Path:
-    """Copy the files git would ship (tracked and untracked-not-ignored) into ``dest``."""
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if not src.is_file():
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(src.read_bytes())
-    return dest
+    """A copy of the repository's shipped files (no results, logs or venv) in ``dest``."""
+    return copy_worktree(REPO, dest)

@@ -1,6 +1,5 @@
 """Config validation: every invalid value is named with its allowed range (SPEC §3.3, §5)."""
 import copy
-from pathlib import Path
 
 import pytest
 import yaml

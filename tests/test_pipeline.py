@@ -6,18 +6,16 @@ provenance through `largeprompt inspect`, lint and the HTML report.
 """
 import copy
 import hashlib
-import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, run, snakemake_cmd
+from conftest import copy_repo, run, snakemake_cmd
 
 pytestmark = pytest.mark.pipeline
 SMOKE = "config/smoke.yaml"

@@ -130,9 +130,6 @@ class TiltedMoments:
         second = (self.second / self._weight_sum()[..., None, None]).reshape(*self._out_batch, dim, dim)
         return second - mean.unsqueeze(-1) * mean.unsqueeze(-2)
 
-    def log_normaliser(self) -> torch.Tensor:
-        """log Σᵢ e^{⟨a, zᵢ⟩} [...], the log-sum-exp of the scores."""
-        return (self.reference + torch.log(self._weight_sum())).reshape(self._out_batch)
 
 
 def _validate_prefixes(prefix_lengths: Sequence[int] | None, prompt_length: int) -> list[int]:

@@ -206,7 +206,7 @@ def bench_attention(quick: bool) -> list[str]:
 
 
 def bench_training(quick: bool) -> list[str]:
-    from .bench_training import TRAINING_SHAPE, paper_cost_hours
+    from .bench_training import TRAINING_SHAPE
 
     reps = 5 if quick else 30
     eff = run_worker("train_efficient", repeats=reps)
@@ -234,6 +234,22 @@ def _paper_extrapolation(reps: int, at_1000: float) -> list[str]:
     ]
 
 
+def copy_worktree(repo: Path, dest: Path) -> Path:
+    """Copy the files git would ship from ``repo`` (tracked, and untracked but not ignored) into ``dest``.
+
+    A fresh run of the workflow without the results, logs and virtualenv of ``repo``; the tests use it too.
+    """
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = Path(repo) / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
 def _snakemake(work: Path, *args, timeout=3600) -> float:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout)
@@ -243,18 +259,10 @@ def _snakemake(work: Path, *args, timeout=3600) -> float:
 
 
 def bench_pipeline(configfile: str | None) -> list[str]:
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
     extra = ["--configfile", configfile] if configfile else []
     label = configfile or "config/config.yaml (default)"
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / "repo"
-        for rel in files:
-            src = REPO / rel
-            if src.is_file():
-                (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, work / rel)
+        work = copy_worktree(REPO, Path(tmp) / "repo")
         full = _snakemake(work, "--cores", "2", *extra)
         noop = _snakemake(work, "--cores", "2", *extra)
         module = work / "src" / "largeprompt" / "plots" / "affine_limit.py"

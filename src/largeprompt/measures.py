@@ -80,10 +80,6 @@ def log_cosh(x: torch.Tensor) -> torch.Tensor:
     return ax + torch.log1p(torch.exp(-2.0 * ax)) - math.log(2.0)
 
 
-def _diag_embed(d: torch.Tensor) -> torch.Tensor:
-    return torch.diag_embed(d)
-
-
 class TokenMeasure:
     """Base class: a measure on R^dim with an analytic CGF."""
 
@@ -174,7 +170,7 @@ class Rademacher(TokenMeasure):
         return torch.tanh(a)
 
     def cgf_hess(self, a):
-        return _diag_embed(1.0 - torch.tanh(a) ** 2)
+        return torch.diag_embed(1.0 - torch.tanh(a) ** 2)
 
 
 class Uniform(TokenMeasure):
@@ -201,7 +197,7 @@ class Uniform(TokenMeasure):
         return SQRT3 * langevin(SQRT3 * a)
 
     def cgf_hess(self, a):
-        return _diag_embed(3.0 * langevin_derivative(SQRT3 * a))
+        return torch.diag_embed(3.0 * langevin_derivative(SQRT3 * a))
 
 
 def toeplitz_covariance(dim: int, rho: float, scale: float = 1.0, dtype=torch.float64, device=None) -> torch.Tensor:

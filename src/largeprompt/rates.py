@@ -9,6 +9,7 @@ prompt is kept.
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 STATISTICS = ("mean", "median")
 
@@ -101,3 +102,22 @@ def fit_paper_form(prompt_lengths, sigma_sq, values: np.ndarray) -> np.ndarray:
     coef = np.linalg.lstsq(x, y.reshape(-1, y.shape[-1]).T, rcond=None)[0].T  # [M, 2]
     coef = coef.reshape(*y.shape[:-1], 2)
     return np.stack([np.exp(coef[..., 0]), coef[..., 1]], axis=-1)
+
+
+def t_interval(values, level: float = 0.95):
+    """Mean and Student-t interval over independent seeds (NaN bounds for a single seed)."""
+    values = np.asarray(values, dtype=np.float64)
+    mean = float(values.mean()) if len(values) else float("nan")
+    if len(values) < 2:
+        return mean, float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def loglog_slope(lengths, gaps, level: float = 0.95) -> dict:
+    """OLS fit log gap = a + slope·log L with a t-interval on the slope (points are independent runs)."""
+    x, y = np.log(np.asarray(lengths, float)), np.log(np.asarray(gaps, float))
+    fit = stats.linregress(x, y)
+    q = stats.t.ppf(0.5 + level / 2, len(x) - 2) if len(x) > 2 else np.nan
+    return {"slope": fit.slope, "slope_lo": fit.slope - q * fit.stderr, "slope_hi": fit.slope + q * fit.stderr,
+            "intercept": fit.intercept, "n_points": len(x)}

@@ -57,6 +57,12 @@ class RunConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+def estimated_runtime_minutes(steps: int, prompt_length: int) -> int:
+    """A generous time limit for one run: 10 min plus 3× the measured ≈ 0.5 ms + 8 µs·L per step at batch 128
+    (`largeprompt bench` measures the current cost)."""
+    return 10 + int(steps) * (60 + int(prompt_length)) // 2_500_000
+
+
 def initial_parameters(base_seed: int, run_seed: int, dim: int, dtype=torch.float64, device="cpu"):
     """The run's initial weights, from stream (base_seed, "train/init", run_seed): identical for softmax and linear."""
     return models.init_parameters(dim, stream_generator(base_seed, "train/init", run_seed), dtype=dtype, device=device)

@@ -2,6 +2,7 @@
 import os
 
 from largeprompt.config import ConfigError, canonical, check_config
+from largeprompt.training import estimated_runtime_minutes
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
@@ -43,6 +44,11 @@ def train_settings():
 def train_clock():
     """The keys that fix the logged training times t = lr · step."""
     return {k: cfg("train", k) for k in ("steps", "lr", "log_every")}
+
+
+def train_runtime(wildcards):
+    """SLURM time limit (minutes) of one training job, from the measured per-step cost."""
+    return estimated_runtime_minutes(config["train"]["steps"], int(wildcards.L))
 
 
 def ode_tolerances():

@@ -30,8 +30,7 @@ rule balanced_flow:
     params:
         icl=icl_task_settings(),
         balanced_flow=cfg("infinite", "balanced_flow"),
-        rtol=cfg("infinite", "rtol"),
-        atol=cfg("infinite", "atol"),
+        infinite=ode_tolerances(),
     log:
         "logs/infinite/balanced_flow.log",
     threads: 1

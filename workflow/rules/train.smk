@@ -25,8 +25,7 @@ rule train:
     threads: config["threads_per_job"]
     resources:
         mem_mb=2000,
-        # minutes: 3x the measured 0.5 ms + 8 µs·L per step at batch 128 (benchmarks/train_step.py)
-        runtime=lambda w: 10 + config["train"]["steps"] * (60 + int(w.L)) // 2500000,
+        runtime=train_runtime,
     conda:
         ENV
     script:

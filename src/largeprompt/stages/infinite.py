@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats
 
 from .. import models
 from ..dynamics import balanced_flow as balanced_flow_path
@@ -21,6 +20,7 @@ from ..icl import RegressionTask, reduced_infinite_prompt_risk
 from ..measures import toeplitz_covariance
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
+from ..rates import loglog_slope
 from ..runlog import progress
 from ..training import initial_parameters
 from .icl_data import regression_task
@@ -38,7 +38,7 @@ def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
     steps = training_steps(train["steps"], train["log_every"])
     times = train["lr"] * steps
     params0 = initial_parameters(params["seed"], seed, task.token_dim)
-    thetas, risks = full_flow_path(task, params0, times, rtol=params["infinite"]["rtol"], atol=params["infinite"]["atol"])
+    thetas, risks = full_flow_path(task, params0, times, **params["infinite"])
     print(f"seed {seed}: R_inf from {risks[0]:.4f} to {risks[-1]:.6f} on t in [0, {times[-1]:g}]")
     # sharpness (largest Hessian eigenvalue) on about 60 of the logged times: SGD follows the flow only below 2/lr
     every = max(1, len(steps) // 60)
@@ -61,7 +61,7 @@ def balanced_flow(inputs, outputs, params, rule="balanced_flow"):
     times = np.linspace(0.0, cfg["horizon"], cfg["n_times"])
     frames = []
     for alpha in cfg["alphas"]:
-        A, b, risk = balanced_flow_path(sigma, alpha, times, rtol=params["rtol"], atol=params["atol"])
+        A, b, risk = balanced_flow_path(sigma, alpha, times, **params["infinite"])
         frames.append(pd.DataFrame({
             "alpha": float(alpha),
             "time": times,
@@ -91,7 +91,8 @@ def reduced_model(inputs, outputs, params, rule="reduced_model"):
     times = cfg["lr"] * steps
     v_inf, a_inf = isotropic_flow(cfg["v0"], cfg["a0"], d, times)  # closed form (Λ = I)
     A_inf = a_inf[:, None, None] * np.eye(d)  # [T, d, d]
-    risk_inf = task.noise_variance + (v_inf * a_inf - 1.0) ** 2 * d
+    with torch.no_grad():
+        risk_inf = [float(reduced_infinite_prompt_risk(task, torch.tensor(v), torch.tensor(A))) for v, A in zip(v_inf, A_inf)]
     frames = [pd.DataFrame({"prompt_length": 0, "seed": -1, "step": steps, "time": times, "v": v_inf,
                             "norm_A": np.linalg.norm(A_inf, axis=(1, 2)), "infinite_prompt_risk": risk_inf,
                             "distance_to_flow": 0.0})]
@@ -107,15 +108,6 @@ def reduced_model(inputs, outputs, params, rule="reduced_model"):
                                     "distance_to_flow": dist}))
         print(f"L={L} seed={s}: sup distance to the L=inf flow {dist.max():.4f}")
     write_parquet(pd.concat(frames, ignore_index=True), outputs["result"], provenance(rule, params, seed=params["seed"]))
-
-
-def loglog_slope(lengths, gaps, level: float = 0.95) -> dict:
-    """OLS fit log gap = a + slope·log L with a t-interval on the slope (points are independent runs)."""
-    x, y = np.log(np.asarray(lengths, float)), np.log(np.asarray(gaps, float))
-    fit = stats.linregress(x, y)
-    q = stats.t.ppf(0.5 + level / 2, len(x) - 2) if len(x) > 2 else np.nan
-    return {"slope": fit.slope, "slope_lo": fit.slope - q * fit.stderr, "slope_hi": fit.slope + q * fit.stderr,
-            "intercept": fit.intercept, "n_points": len(x)}
 
 
 def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):

@@ -5,12 +5,11 @@ import functools
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
+from ..rates import t_interval
 from ..runlog import progress, resolve_device
 from ..training import RunConfig, train_run
 from .icl_data import load_test_set, regression_task
@@ -54,16 +53,6 @@ def train(inputs, outputs, params, rule="train"):
     print(f"final: step {last['step']}, test_loss {last['test_loss']:.5f}, R_inf {last['infinite_prompt_risk']:.5f}, status {last['status']}")
     write_parquet(frame, outputs["trajectory"], provenance(rule, params, seed=cfg.run_seed))
     Path(params["checkpoint"]).unlink(missing_ok=True)  # the run is complete: its checkpoint is spent
-
-
-def t_interval(values, level: float = 0.95):
-    """Mean and Student-t interval over independent seeds (NaN bounds for a single seed)."""
-    values = np.asarray(values, dtype=np.float64)
-    mean = float(values.mean()) if len(values) else float("nan")
-    if len(values) < 2:
-        return mean, float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-    return mean, mean - half, mean + half
 
 
 TAIL_FRACTION = 0.1
