@@ -7,7 +7,9 @@ express (matching lengths, say) follow.
 """
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -67,13 +69,51 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
             full = f"{key}.{missing}" if err.absolute_path else missing
             lines.append(f"config key '{full}' is missing (allowed: {allowed_range(sub)})")
         elif err.validator == "additionalProperties":
-            allowed = ", ".join(err.schema.get("properties", {}))
-            lines.append(f"config key under '{key}': {err.message} (allowed keys: {allowed})")
+            lines.append(_unknown_key_message(err, key))
+        elif err.validator in ("pattern", "not") and err.absolute_path and err.absolute_path[-1] == "run":
+            lines.append(f"config key 'run' = {json.dumps(err.instance)}: {err.schema.get('description', '').strip() or err.message}"
+                         " (allowed: letters, digits, '_', '-', '.'; no '/' or '..'; at most 64 characters)")
         else:
             lines.append(
                 f"config key '{key}' = {json.dumps(err.instance)}: {err.message} (allowed: {allowed_range(err.schema)})"
             )
     return lines
+
+
+def _unknown_key_message(err, key: str) -> str:
+    """An unknown key, with the closest allowed key when there is one ("did you mean")."""
+    allowed = list(err.schema.get("properties", {}))
+    extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
+    where = f"under '{key}'" if key != "<top level>" else "at the top level"
+    parts = []
+    for name in extra:
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+        parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"config key {where}: unknown key {', '.join(parts)} (allowed keys: {', '.join(allowed)})"
+
+
+NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def coerce_numbers(config, schema: dict):
+    """Read strings such as "1e-3" as numbers where the schema expects one, in place.
+
+    YAML 1.1 (PyYAML, Snakemake) reads ``1e-3`` without a decimal point as a string; scientific notation
+    is how people write learning rates. Integers stay integers where the schema asks for one.
+    """
+    kind = schema.get("type")
+    if isinstance(config, dict):
+        props = schema.get("properties", {})
+        for k, v in config.items():
+            if k in props:
+                config[k] = coerce_numbers(v, props[k])
+        return config
+    if isinstance(config, list) and isinstance(schema.get("items"), dict):
+        return [coerce_numbers(v, schema["items"]) for v in config]
+    if isinstance(config, str) and kind in ("number", "integer") and NUMBER.match(config.strip()):
+        value = float(config)
+        return int(value) if kind == "integer" and value.is_integer() else value
+    return config
 
 
 def cross_key_errors(config: dict) -> list[str]:
@@ -102,12 +142,26 @@ def cross_key_errors(config: dict) -> list[str]:
                 f"config key '{prefix}.repetition_block' = {block} exceeds '{prefix}.n_repetitions' = {reps}; "
                 f"allowed: 1 ≤ repetition_block ≤ n_repetitions"
             )
+    lines += _training_errors(config)
+    return lines
+
+
+def _training_errors(config: dict) -> list[str]:
+    lines = []
+    for section in ("train", "transfer"):
+        node = config.get(section, {})
+        extra = sorted(set(node.get("replicate_seeds", [])) - set(node.get("seeds", [])))
+        if "seeds" in node and extra:
+            lines.append(f"config key '{section}.replicate_seeds' = {extra} names seeds that are not in "
+                         f"'{section}.seeds' = {node['seeds']}; allowed: a subset of {section}.seeds")
     return lines
 
 
 def check_config(config: dict, schema_path: str | Path) -> None:
-    """Raise ConfigError listing every invalid key, or return None."""
-    lines = schema_errors(config, load_schema(schema_path))
+    """Raise ConfigError listing every invalid key, or return None. Numeric strings are read as numbers first."""
+    schema = load_schema(schema_path)
+    coerce_numbers(config, schema)
+    lines = schema_errors(config, schema)
     if not lines:
         lines = cross_key_errors(config)
     if lines:

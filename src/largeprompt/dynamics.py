@@ -33,8 +33,10 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
         (grad,) = torch.autograd.grad(risk(theta), theta)
         return -grad.numpy()
 
+    hessian = torch.func.jacrev(torch.func.jacrev(risk))  # vectorised reverse-over-reverse, not P backward passes
+
     def jac(_t, y):
-        return -torch.autograd.functional.hessian(risk, torch.tensor(y, dtype=torch.float64)).numpy()
+        return -hessian(torch.tensor(y, dtype=torch.float64)).numpy()
 
     sol = solve_ivp(rhs, (0.0, float(times[-1])), np.asarray(theta0, dtype=np.float64), method="LSODA",
                     jac=jac, t_eval=times, rtol=rtol, atol=atol)
@@ -68,7 +70,7 @@ def full_model_sharpness(task: RegressionTask, theta) -> float:
         p = models.unflatten(th, dim)
         return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
 
-    hess = torch.autograd.functional.hessian(risk, torch.as_tensor(theta, dtype=torch.float64))  # [P, P]
+    hess = torch.func.jacrev(torch.func.jacrev(risk))(torch.as_tensor(theta, dtype=torch.float64))  # [P, P]
     return float(torch.linalg.eigvalsh(hess)[-1])
 
 

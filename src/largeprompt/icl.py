@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .measures import toeplitz_covariance
+
 
 class RegressionTask:
     """The in-context regression task of SPEC F6: Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
@@ -48,6 +50,12 @@ class RegressionTask:
         target = query[:, d].clone()  # [B]  y_q = βᵀx_q + σε_q
         query[:, d] = 0.0  # z_q = (x_q, 0)
         return query, prompt, target, beta
+
+
+def regression_task(icl: dict) -> RegressionTask:
+    """The task of config section ``icl``: Λ_ij = covariance_rho^|i−j| in ``dim`` dimensions, τ², σ²."""
+    cov = toeplitz_covariance(int(icl["dim"]), float(icl["covariance_rho"]), dtype=torch.float64)
+    return RegressionTask(cov, icl["task_variance"], icl["noise_variance"])
 
 
 def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
@@ -116,6 +124,31 @@ def valley_optimal_scale(dim: int, noise_variance: float) -> float:
     d, s2 = float(dim), float(noise_variance)
     roots = np.roots([(d + 2) * (d + 2 * s2), -(d + 4) * (d + s2), d + s2])
     return float(np.sqrt(np.min(roots.real)))
+
+
+def valley_correction(alpha: float, covariance, task_variance: float, noise_variance: float) -> float:
+    """f(α) = F_τ(1/α, αΛ⁻¹): the finite-L correction along the valley vA = Λ⁻¹ of R∞, general Λ and τ².
+
+    The reduced predictor is linear in y, so R_L(v, A; τ², σ²) = τ² R_L(v, A; 1, σ²/τ²) at every L and
+    F_τ(v, A; σ²) = τ² F(v, A; σ²/τ²) (docs/theory.md#valley-optimum). Finite for 0 < α < 1/√2.
+    """
+    lam = np.asarray(covariance, dtype=np.float64)
+    A = alpha * np.linalg.inv(lam)
+    return task_variance * reduced_finite_prompt_correction(1.0 / alpha, A, lam, noise_variance / task_variance)
+
+
+def valley_optimum(covariance, task_variance: float, noise_variance: float) -> tuple[float, float]:
+    """(α*, f(α*)): the scale on the valley vA = Λ⁻¹ with the smallest finite-L correction, by bounded
+    scalar minimisation of :func:`valley_correction` over (0, 1/√2) (docs/theory.md#softmax-finite-prompt-optimum).
+
+    The softmax model's best risk at prompt length L is then σ² + f(α*)/L + o(1/L).
+    """
+    from scipy.optimize import minimize_scalar
+
+    edge = 2.0**-0.5
+    res = minimize_scalar(lambda a: valley_correction(a, covariance, task_variance, noise_variance),
+                          bounds=(1e-3, edge * (1 - 1e-6)), method="bounded", options={"xatol": 1e-10})
+    return float(res.x), float(res.fun)
 
 
 def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> np.ndarray:

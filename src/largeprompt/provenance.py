@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -22,9 +23,10 @@ def package_versions() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def git_commit(path: str = str(Path(__file__).parent)) -> str:
-    """HEAD of the repository containing ``path`` with '-dirty' if tracked files changed; 'unknown' outside git."""
-    cwd = Path(path).resolve()
+def git_commit(path: str | None = None) -> str:
+    """HEAD of the repository holding ``path`` (default: the working directory, where Snakemake runs the
+    workflow) with '-dirty' if tracked files changed; 'unknown' outside git."""
+    cwd = Path(path or os.getcwd()).resolve()
     if not cwd.is_dir():
         cwd = cwd.parent
     try:
@@ -40,21 +42,28 @@ def git_commit(path: str = str(Path(__file__).parent)) -> str:
     return head + ("-dirty" if dirty else "")
 
 
-def provenance(rule: str, params: dict, seed: int | None) -> dict:
+def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_seeds=None, runtime=None) -> dict:
     """The provenance record for one output of ``rule``.
 
-    Random streams differ between CPU and CUDA generators, so the device a ``device: auto`` job
-    actually ran on is recorded too.
+    ``base_seed`` is the config's ``seed`` (every random stream is keyed by it); ``run_seeds`` lists the
+    training seeds of the runs in the file. ``runtime`` holds the settings that cannot change a result
+    (device, threads, checkpoint cadence); the device a job actually ran on is recorded with it.
     """
     record = {
         "rule": rule,
         "params": params,
-        "seed": seed,
+        "base_seed": base_seed,
         "versions": package_versions(),
         "git_commit": git_commit(),
     }
-    if isinstance(params, dict) and "device" in params:
-        from .runlog import resolve_device
+    if run_seeds is not None:
+        record["run_seeds"] = [int(s) for s in run_seeds]
+    if runtime is not None:
+        from .devices import resolve_device
 
-        record["resolved_device"] = str(resolve_device(params["device"]))
+        record["runtime"] = dict(runtime.__dict__, resolved_device=str(resolve_device(runtime.device)))
+    from .autotune import tiles_used
+
+    # the attention tiles this process used (they set the round-off; largeprompt.autotune fixes them per machine)
+    record["kernel_tiles"] = tiles_used()
     return record

@@ -121,3 +121,11 @@ def loglog_slope(lengths, gaps, level: float = 0.95) -> dict:
     q = stats.t.ppf(0.5 + level / 2, len(x) - 2) if len(x) > 2 else np.nan
     return {"slope": fit.slope, "slope_lo": fit.slope - q * fit.stderr, "slope_hi": fit.slope + q * fit.stderr,
             "intercept": fit.intercept, "n_points": len(x)}
+
+
+def order_statistic_ci(sorted_values: np.ndarray, prob: float, level: float):
+    """Distribution-free CI of the prob-quantile from order statistics (binomial ranks)."""
+    n = len(sorted_values)
+    lo_rank = int(stats.binom.ppf(0.5 * (1 - level), n, prob))
+    hi_rank = int(stats.binom.ppf(1 - 0.5 * (1 - level), n, prob))
+    return sorted_values[max(lo_rank - 1, 0)], sorted_values[min(hi_rank, n - 1)]

@@ -5,6 +5,7 @@ A Snakemake script calls :func:`run_stage`; by hand, call the stage function dir
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import time
 import traceback
@@ -13,7 +14,8 @@ from typing import Callable, Iterable
 import torch
 from tqdm import tqdm
 
-from .parquet_io import plain
+from .parquet_io import ResultFileError, plain
+from .pipeline import Runtime, stage_params
 
 
 @contextlib.contextmanager
@@ -33,9 +35,10 @@ def stage_log(log_path: str | None):
             print(f"done in {time.perf_counter() - start:.2f} s", file=log)
 
 
-def progress(iterable: Iterable, desc: str, total: int | None = None):
-    """A tqdm bar that writes plain ASCII lines suitable for a log file."""
-    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, ascii=True, mininterval=2.0, dynamic_ncols=False, ncols=100)
+def progress(iterable: Iterable | None, desc: str, total: int | None = None, **kwargs):
+    """A tqdm bar that writes plain ASCII lines suitable for a log file (``iterable`` None: update it by hand)."""
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, ascii=True, mininterval=2.0, dynamic_ncols=False,
+                ncols=100, **kwargs)
 
 
 def set_threads(threads: int) -> None:
@@ -61,27 +64,34 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """The torch device for config value ``device`` (auto | cpu | cuda)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("config key 'device' = \"cuda\" but torch sees no CUDA device; use 'auto' or 'cpu'")
-    if name not in ("cpu", "cuda"):
-        raise ValueError(f"config key 'device' = {name!r}: allowed auto, cpu, cuda")
-    return torch.device(name)
+def runtime_settings(smk) -> Runtime:
+    """The job settings that cannot change a result, read from the config at run time (never params)."""
+    config = smk.config
+    return Runtime(
+        device=str(config.get("device", "auto")),
+        threads=int(smk.threads),
+        checkpoint_every=int(config.get("train", {}).get("checkpoint_every", 0)),
+    )
 
 
 def run_stage(smk, stage: Callable) -> None:
-    """Run ``stage(inputs=…, outputs=…, params=…, rule=…)`` from a Snakemake ``script:`` object."""
-    params = plain(dict(smk.params.items()))
+    """Run ``stage(inputs=…, outputs=…, params=…, rule=…[, runtime=…])`` from a Snakemake ``script:`` object.
+
+    A missing or unreadable input ends the job with one line naming the file, the rule that makes it
+    and the command that rebuilds it (no traceback).
+    """
+    params = plain(stage_params(dict(smk.params.items())))
+    inputs = {k: v for k, v in smk.input.items() if k != "code"}  # library sources: rerun triggers only
+    runtime = runtime_settings(smk)
+    kwargs = {"runtime": runtime} if "runtime" in inspect.signature(stage).parameters else {}
     with stage_log(smk.log[0] if smk.log else None):
-        set_threads(smk.threads)
+        set_threads(runtime.threads)
         keep_freed_memory()
-        print(f"rule {smk.rule}: threads={smk.threads}, params={params}")
-        stage(
-            inputs=dict(smk.input.items()),
-            outputs=dict(smk.output.items()),
-            params=params,
-            rule=smk.rule,
-        )
+        print(f"rule {smk.rule}: {runtime}")
+        print("params: " + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
+        try:
+            stage(inputs=inputs, outputs=dict(smk.output.items()), params=params, rule=smk.rule, **kwargs)
+        except ResultFileError as err:
+            print(f"error: {err}", file=sys.__stderr__)
+            print(f"error: {err}")
+            raise SystemExit(1) from None

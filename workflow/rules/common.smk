@@ -1,12 +1,16 @@
-# Shared helpers: config validation and the list of figures. No maths here (SPEC §3.1).
+# Shared helpers: config validation, run-scoped paths, params and code dependencies.
+# No maths here: rules declare inputs, outputs and params, and call the library.
 import os
 
-from largeprompt.config import ConfigError, canonical, check_config
+from largeprompt.config import ConfigError, check_config
+from largeprompt.pipeline import library_sources, settings
+from largeprompt.schedules import estimated_steps
 from largeprompt.training import estimated_runtime_minutes
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
-# Clear, key-naming errors first; then Snakemake's own validation fills schema defaults.
+# Clear, key-naming errors first (this also reads "1e-3" as a number and checks the run name);
+# then Snakemake's own validation fills the schema defaults.
 try:
     check_config(config, SCHEMA)
 except ConfigError as err:
@@ -14,59 +18,61 @@ except ConfigError as err:
 validate(config, SCHEMA)
 
 ENV = "../envs/largeprompt.yaml"
+RUN = config["run"]
+# Keys that cannot change a result: read by the job at run time and recorded in provenance.
+RUNTIME_KEYS = ("device", "threads_per_job", "train.checkpoint_every")
+
+
+def results(path):
+    """A result file of this run: results/<run>/<path>."""
+    return f"results/{RUN}/{path}"
+
+
+def figures(path):
+    return f"figures/{RUN}/{path}"
+
+
+def logs(path):
+    return f"logs/{RUN}/{path}"
 
 
 def cfg(*keys):
-    """The config value at ``keys``, key order canonicalised: use it for every ``params:`` entry."""
-    node = config
-    for key in keys:
-        node = node[key]
-    return canonical(node)
-
-FIGURES = ["affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound", "balanced_flow", "training_vs_prompt_length", "trajectory_transfer"]
+    """``params:`` entries for config keys, recorded as ``key=value`` (unpack with ``**``)."""
+    return settings(config, *keys, exclude=RUNTIME_KEYS)
 
 
-# In-context regression (SPEC §3.1 stages 1–3): params subsets and the lists of training outputs.
-ICL_TASK_KEYS = ("dim", "covariance_rho", "task_variance", "noise_variance")
-TRAIN_RUN_KEYS = ("steps", "batch_size", "lr", "log_every", "checkpoint_every", "divergence_threshold", "fatal_divergence", "dtype")
+def code(script):
+    """The library modules behind a workflow script: inputs, so editing one reruns its stages."""
+    return library_sources(os.path.join(workflow.basedir, "workflow", "scripts", script))
 
 
-def icl_task_settings():
-    """The task keys of config ``icl`` (not n_test): what a training or flow job depends on."""
-    return {k: cfg("icl", k) for k in ICL_TASK_KEYS}
+def training_runtime(prompt_length):
+    """Cluster time limit (minutes) of one R6 training job, from the estimated step count."""
+    t = config["train"]
+    steps = estimated_steps(t["step_size_rule"], t["lr"], t["horizon"], t["stability_fraction"])
+    n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
+    return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
 
-def train_settings():
-    """The per-run keys of config ``train`` (not the L grid, seeds or models, so adding an L reruns nothing else)."""
-    return {k: cfg("train", k) for k in TRAIN_RUN_KEYS}
+def transfer_runtime(prompt_length):
+    t = config["transfer"]
+    n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
+    steps = estimated_steps("constant", t["lr"], t["horizon"]) * max(1, t["batch_size"] // 128)
+    return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
 
-def train_clock():
-    """The keys that fix the logged training times t = lr · step."""
-    return {k: cfg("train", k) for k in ("steps", "lr", "log_every")}
+def longest_prompt():
+    """The test set's prompt length: the longest L trained (R6 or R4); shorter L read prefixes."""
+    return max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
 
 
-def train_runtime(wildcards):
-    """SLURM time limit (minutes) of one training job, from the measured per-step cost."""
-    return estimated_runtime_minutes(config["train"]["steps"], int(wildcards.L))
-
-
-def ode_tolerances():
-    return {k: cfg("infinite", k) for k in ("rtol", "atol")}
-
-
-def training_runs():
-    return expand(
-        "results/train/{model}/L{L}/seed{seed}.parquet",
-        model=config["train"]["models"],
-        L=config["train"]["prompt_lengths"],
-        seed=config["train"]["seeds"],
-    )
-
-
-def full_model_flows():
-    return expand("results/infinite/full_model_seed{seed}.parquet", seed=config["train"]["seeds"])
-
-
-def all_figures():
-    return expand("figures/{name}.{ext}", name=FIGURES, ext=["pdf", "png"])
+FIGURES = [
+    "affine_limit",
+    "output_concentration",
+    "gradient_concentration",
+    "rate_exponent",
+    "fixed_query_bound",
+    "balanced_flow",
+    "training_vs_prompt_length",
+    "trajectory_transfer",
+]

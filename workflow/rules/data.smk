@@ -1,13 +1,16 @@
-# Stage 1: data generation (SPEC §3.1 stage 1).
+# Stage 1: data generation. The query ray of R1, the fixed in-context regression test set and the
+# Bayes risk on it (docs/experiments.md#training_vs_prompt_length).
 
 
 rule make_queries:
+    input:
+        code=code("make_queries.py"),
     output:
-        queries="results/data/queries.parquet",
+        queries=results("data/queries.parquet"),
     params:
-        ray=cfg("affine_limit", "ray"),
+        **cfg("affine_limit.ray"),
     log:
-        "logs/data/make_queries.log",
+        logs("data/make_queries.log"),
     threads: 1
     resources:
         mem_mb=1000,
@@ -18,16 +21,17 @@ rule make_queries:
         "../scripts/make_queries.py"
 
 
-# In-context regression (SPEC F6): the fixed test set, nested prompts at the largest training L.
+# Nested prompts at the largest training L: adding a shorter L reruns nothing here.
 rule make_icl_test_set:
+    input:
+        code=code("make_icl_test_set.py"),
     output:
-        test_set="results/data/icl_test.parquet",
+        test_set=results("data/icl_test.parquet"),
     params:
-        seed=cfg("seed"),
-        icl=cfg("icl"),
-        max_prompt_length=max(cfg("train", "prompt_lengths")),  # adding a shorter L reruns nothing here
+        max_prompt_length=longest_prompt(),
+        **cfg("seed", "icl"),
     log:
-        "logs/data/make_icl_test_set.log",
+        logs("data/make_icl_test_set.log"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -38,18 +42,16 @@ rule make_icl_test_set:
         "../scripts/make_icl_test_set.py"
 
 
-# The Bayes (ridge, λ = σ²/τ²) risk on that test set, at every training L and on a geometric grid.
 rule bayes_risk:
     input:
-        test_set="results/data/icl_test.parquet",
+        test_set=results("data/icl_test.parquet"),
+        code=code("bayes_risk.py"),
     output:
-        bayes_risk="results/data/bayes_risk.parquet",
+        bayes_risk=results("data/bayes_risk.parquet"),
     params:
-        seed=cfg("seed"),
-        icl=cfg("icl"),
-        prompt_lengths=cfg("train", "prompt_lengths"),
+        **cfg("icl", "train.prompt_lengths"),
     log:
-        "logs/data/bayes_risk.log",
+        logs("data/bayes_risk.log"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -58,4 +60,3 @@ rule bayes_risk:
         ENV
     script:
         "../scripts/bayes_risk.py"
-

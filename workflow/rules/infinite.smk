@@ -1,23 +1,30 @@
-# Stage 3: infinite-prompt dynamics (SPEC §3.1 stage 3): gradient flows on closed-form risks.
+# Stage 3: infinite-prompt dynamics (docs/experiments.md#trajectory_transfer,
+# docs/experiments.md#balanced_flow): gradient flows on closed-form risks.
 
 
 rule full_model_flow:
+    input:
+        code=code("full_model_flow.py"),
     output:
-        flow="results/infinite/full_model_seed{seed}.parquet",
+        flow=results("infinite/full_model_seed{seed}.parquet"),
     params:
         run_seed=lambda w: int(w.seed),
-        seed=cfg("seed"),
-        icl=icl_task_settings(),
-        train=train_clock(),
-        infinite=ode_tolerances(),
+        **cfg(
+            "seed",
+            *ICL_TASK,
+            "train.horizon",
+            "infinite.rtol",
+            "infinite.atol",
+            "infinite.flow_points",
+        ),
     log:
-        "logs/infinite/full_model_seed{seed}.log",
+        logs("infinite/full_model_seed{seed}.log"),
     wildcard_constraints:
         seed=r"\d+",
     threads: 1
     resources:
         mem_mb=1000,
-        runtime=10,
+        runtime=20,
     conda:
         ENV
     script:
@@ -25,14 +32,20 @@ rule full_model_flow:
 
 
 rule balanced_flow:
+    input:
+        code=code("balanced_flow.py"),
     output:
-        flow="results/infinite/balanced_flow.parquet",
+        flow=results("infinite/balanced_flow.parquet"),
     params:
-        icl=icl_task_settings(),
-        balanced_flow=cfg("infinite", "balanced_flow"),
-        infinite=ode_tolerances(),
+        **cfg(
+            "icl.dim",
+            "icl.covariance_rho",
+            "infinite.rtol",
+            "infinite.atol",
+            "infinite.balanced_flow",
+        ),
     log:
-        "logs/infinite/balanced_flow.log",
+        logs("infinite/balanced_flow.log"),
     threads: 1
     resources:
         mem_mb=1000,
@@ -44,13 +57,14 @@ rule balanced_flow:
 
 
 rule reduced_model:
+    input:
+        code=code("reduced_model.py"),
     output:
-        result="results/infinite/reduced_model.parquet",
+        result=results("infinite/reduced_model.parquet"),
     params:
-        seed=cfg("seed"),
-        reduced_model=cfg("infinite", "reduced_model"),
+        **cfg("seed", "infinite.reduced_model"),
     log:
-        "logs/infinite/reduced_model.log",
+        logs("infinite/reduced_model.log"),
     threads: config["threads_per_job"]
     resources:
         mem_mb=2000,
@@ -61,21 +75,31 @@ rule reduced_model:
         "../scripts/reduced_model.py"
 
 
+# sup_t ‖θ_L(t) − θ_∞(t)‖ of the R4 runs (flows integrated at their logged times), their SGD-noise
+# floor, and the slopes over L (§6 model and reduced model).
 rule trajectory_gap:
     input:
-        runs=training_runs(),
-        flows=full_model_flows(),
-        reduced="results/infinite/reduced_model.parquet",
+        trajectories=transfer_trajectories(),
+        reduced=results("infinite/reduced_model.parquet"),
+        code=code("trajectory_gap.py"),
     output:
-        result="results/infinite/trajectory_gap.parquet",
+        gaps=results("infinite/trajectory_gaps.parquet"),
+        slopes=results("infinite/trajectory_slopes.parquet"),
     params:
-        horizon=cfg("infinite", "trajectory_horizon"),
+        **cfg(
+            "seed",
+            *ICL_TASK,
+            "infinite.rtol",
+            "infinite.atol",
+            "transfer.floor_factor",
+            "transfer.lr",
+        ),
     log:
-        "logs/infinite/trajectory_gap.log",
+        logs("infinite/trajectory_gap.log"),
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=5,
+        runtime=10,
     conda:
         ENV
     script:

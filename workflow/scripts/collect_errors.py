@@ -1,4 +1,4 @@
 from largeprompt.runlog import run_stage
-from largeprompt.stages.bounds import collect_errors
+from largeprompt.stages.concentration import collect_errors
 
 run_stage(snakemake, collect_errors)  # noqa: F821 (injected by Snakemake)

@@ -1,4 +1,6 @@
-"""Figure `training_vs_prompt_length` (R6, SPEC §3.2): final test MSE against L, softmax and linear, with the Bayes risk."""
+"""Figure `training_vs_prompt_length` (R6, docs/experiments.md#training_vs_prompt_length): final test MSE
+against L for softmax and linear attention, the theory over it, trapped runs and escape times. Draws only:
+every number comes from results/<run>/train/*summary.parquet and data/bayes_risk.parquet."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -10,77 +12,96 @@ from .style import THEORY_STYLE, apply_style, save_figure
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
 
 
-def _band(ax, summary, column, color, label):
-    s = summary[summary[f"{column}_mean"].notna()].sort_values("prompt_length")  # (L, model) with every seed diverged: none
-    ax.plot(s["prompt_length"], s[f"{column}_mean"], "o-", color=color, label=label, markersize=4)
-    ax.fill_between(s["prompt_length"], s[f"{column}_lo"], s[f"{column}_hi"], color=color, alpha=0.2, linewidth=0)
+def _band(ax, table, column, color, label):
+    t = table[table[f"{column}_mean"].notna()].sort_values("prompt_length")
+    ax.plot(t["prompt_length"], t[f"{column}_mean"], "o-", color=color, label=label, markersize=4)
+    ax.fill_between(t["prompt_length"], t[f"{column}_lo"], t[f"{column}_hi"], color=color, alpha=0.2, linewidth=0)
 
 
-def _seeds(ax, runs, column, color):
-    ok = runs[runs["status"] == "ok"]
-    ax.scatter(ok["prompt_length"], ok[column], s=8, color=color, alpha=0.45, linewidth=0)
-
-
-def _diverged(ax, runs, color, label):
-    bad = runs[runs["status"] != "ok"]
+def _runs(ax, runs, column, color):
+    """ok runs as dots, trapped as open triangles, diverged as crosses at the top (never dropped)."""
+    shared = runs[runs["stream"] == 0]
+    ok, trapped = shared[shared["status"] == "ok"], shared[shared["status"] == "trapped"]
+    ax.scatter(ok["prompt_length"], ok[column], s=9, color=color, alpha=0.5, linewidth=0)
+    ax.scatter(trapped["prompt_length"], trapped[column], s=30, marker="^", facecolors="none", edgecolors=color,
+               label=f"trapped ({len(trapped)} runs)" if len(trapped) else None)
+    bad = shared[shared["status"] == "diverged"]
     if len(bad):
-        ymax = ax.get_ylim()[1]
-        ax.scatter(bad["prompt_length"], np.full(len(bad), ymax), marker="x", s=40, color=color, clip_on=False,
-                   label=f"{label}: diverged ({len(bad)} runs)")
-        for _, r in bad.iterrows():
-            ax.annotate(f"step {int(r['step'])}", (r["prompt_length"], ymax), fontsize=6, color=color,
-                        xytext=(2, -8), textcoords="offset points")
+        ax.scatter(bad["prompt_length"], np.full(len(bad), ax.get_ylim()[1]), marker="x", s=40, color=color,
+                   clip_on=False, label=f"diverged ({len(bad)} runs)")
 
 
-def plot_training_vs_prompt_length(inputs, outputs, params, rule="plot_training_vs_prompt_length"):
-    apply_style()
-    data = read_parquet(inputs["summary"])
-    bayes = read_parquet(inputs["bayes_risk"]).sort_values("prompt_length")
-    runs, summary = data[data["kind"] == "run"], data[data["kind"] == "summary"]
-    sigma2 = float(params["noise_variance"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-
-    ax = axes[0]
-    for model in ("softmax", "linear"):
-        if (summary["model"] == model).any():
-            _band(ax, summary[summary["model"] == model], "test_loss", COLORS[model], f"{model} attention (mean, 95% CI over seeds)")
-            _seeds(ax, runs[runs["model"] == model], "test_loss", COLORS[model])
-    ax.plot(bayes["prompt_length"], bayes["bayes_risk"], color="black", linewidth=1.4,
-            label=r"Bayes risk (ridge, $\lambda = \sigma^2/\tau^2$), same test set")
-    if "optimal_linear_attention_risk" in bayes:
-        ax.plot(bayes["prompt_length"], bayes["optimal_linear_attention_risk"], color=COLORS["linear"], linestyle="--",
-                linewidth=1.2, label=r"best linear attention $R(\Gamma^*)$, $\hat y = x_q^\top\Gamma^*\hat m$ (THEORY §F(v))")
-    ax.axhline(sigma2, label=rf"noise floor $\sigma^2 = {sigma2:g}$", **THEORY_STYLE)
+def _loss_panel(ax, runs, table, bayes):
+    for model, color in COLORS.items():
+        t, r = table[table["model"] == model], runs[runs["model"] == model]
+        if len(t):
+            _band(ax, t, "final_test_loss", color, f"{model} attention (mean, 95% CI over ok seeds)")
+            _runs(ax, r, "final_test_loss", color)
+    ax.plot(bayes["prompt_length"], bayes["bayes_risk"], color="black", linewidth=1.2, label="Bayes (ridge) risk")
+    lin = table[table["model"] == table["model"].iloc[0]].sort_values("prompt_length")
+    ax.plot(lin["prompt_length"], lin["optimal_linear_attention_risk"], color="tab:blue", linestyle="--",
+            linewidth=1.1, label=r"best linear attention $R(\Gamma^*)$")
+    valid = lin[lin["softmax_theory_valid"]]
+    ax.plot(valid["prompt_length"], valid["softmax_leading_order_risk"], color="tab:red", linestyle="--", linewidth=1.1,
+            label=r"softmax optimum $\sigma^2 + f(\alpha^*)/L$ (leading order)")
+    ax.axhline(float(table["noise_variance"].iloc[0]), label=r"noise floor $\sigma^2$", **THEORY_STYLE)
+    for L, g in table.groupby("prompt_length"):
+        trapped = int(g["n_trapped"].sum())
+        if trapped:
+            ax.annotate(f"{trapped} trapped", (L, ax.get_ylim()[0]), fontsize=6, color="dimgray", rotation=90,
+                        xytext=(2, 3), textcoords="offset points", va="bottom")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(5, bayes["prompt_length"].max() * 1.15)
-    ok_runs = runs[runs["status"] == "ok"]
-    top = max(1.2, 1.3 * float(ok_runs["test_loss"].max())) if len(ok_runs) else 2.0
-    ax.set_ylim(0.8 * min(sigma2, float(bayes["bayes_risk"].min())), top)
-    for model in ("softmax", "linear"):
-        _diverged(ax, runs[runs["model"] == model], COLORS[model], model)
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("final test MSE")
-    ax.set_title("final test MSE against prompt length")
-    ax.legend(fontsize=7.5)
+    ax.legend(fontsize=6.5)
 
-    ax = axes[1]
-    for model in ("softmax", "linear"):
-        if (summary["model"] == model).any():
-            _band(ax, summary[summary["model"] == model], "scaled_excess_risk", COLORS[model], model)
-            _seeds(ax, runs[runs["model"] == model], "scaled_excess_risk", COLORS[model])
-    ax.axhline(0.0, color="grey", linewidth=0.8)
+
+def _excess_panel(ax, runs, table):
+    for model, color in COLORS.items():
+        t, r = table[table["model"] == model], runs[runs["model"] == model]
+        if len(t):
+            _band(ax, t, "scaled_excess_risk", color, f"{model}")
+            _runs(ax, r, "scaled_excess_risk", color)
+    lin = table[table["model"] == table["model"].iloc[0]].sort_values("prompt_length")
+    ax.plot(lin["prompt_length"], lin["linear_theory_scaled_excess"], color="tab:blue", linestyle="--", linewidth=1.1,
+            label=r"$L\,(R(\Gamma^*) - $Bayes$)$")
+    valid = lin[lin["softmax_theory_valid"]]
+    ax.plot(valid["prompt_length"], valid["softmax_theory_scaled_excess"], color="tab:red", linestyle="--",
+            linewidth=1.1, label=r"$L\,(\sigma^2 + f(\alpha^*)/L - $Bayes$)$")
     ax.set_xscale("log")
-    ax.set_xlim(5, bayes["prompt_length"].max() * 1.15)
-    scaled = ok_runs["scaled_excess_risk"]
-    if len(scaled):
-        ax.set_ylim(min(0.0, float(scaled.min())) - 0.1 * float(scaled.abs().max()), 1.3 * float(scaled.max()))
-    for model in ("softmax", "linear"):
-        _diverged(ax, runs[runs["model"] == model], COLORS[model], model)
     ax.set_xlabel("prompt length $L$")
-    ax.set_ylabel(r"$L\,\cdot$(test MSE $-$ Bayes risk)")
-    ax.set_title("excess risk scaled by $L$ (flat = $O(1/L)$)")
-    ax.legend(fontsize=8)
-    fig.suptitle("R6: trained softmax attention approaches linear attention and the Bayes risk as $L$ grows", fontsize=11)
-    fig.tight_layout()
+    ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk)")
+    ax.set_title("flat in $L$ = excess risk $O(1/L)$", fontsize=9)
+    ax.legend(fontsize=6.5)
+
+
+def _escape_panel(ax, runs):
+    shared = runs[(runs["stream"] == 0) & (runs["status"] != "diverged")]
+    for model, color in COLORS.items():
+        r = shared[shared["model"] == model]
+        ax.scatter(r["prompt_length"] * (1.06 if model == "linear" else 0.94), r["escape_time"], s=14, color=color,
+                   label=f"{model} run")
+    flows = shared.drop_duplicates("seed")
+    for _, f in flows.iterrows():
+        ax.axhline(f["flow_escape_time"], color="black", linestyle=":", linewidth=0.9)
+        ax.annotate(f"flow, seed {int(f['seed'])}", (shared["prompt_length"].max(), f["flow_escape_time"]), fontsize=6,
+                    va="bottom", ha="right")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("prompt length $L$")
+    ax.set_ylabel("escape time (R∞ below the plateau midpoint)")
+    ax.set_title("escape from the initial plateau: runs vs their $L=\\infty$ flows", fontsize=9)
+    ax.legend(fontsize=6.5)
+
+
+def plot_training_vs_prompt_length(inputs, outputs, params=None, rule="plot_training_vs_prompt_length"):
+    apply_style()
+    runs, table = read_parquet(inputs["runs"]), read_parquet(inputs["summary"])
+    bayes = read_parquet(inputs["bayes_risk"]).sort_values("prompt_length")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    _loss_panel(axes[0], runs, table, bayes)
+    _excess_panel(axes[1], runs, table)
+    _escape_panel(axes[2], runs)
+    fig.suptitle("R6: trained softmax attention approaches linear attention as the prompt grows", fontsize=11)
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -1,4 +1,5 @@
-"""Figure `trajectory_transfer` (R4, SPEC §3.2): finite-L training against the infinite-prompt flow from the same start."""
+"""Figure `trajectory_transfer` (R4, docs/experiments.md#trajectory_transfer): finite-L training against the
+infinite-prompt flow from the same start, and the distance between them against L. Draws only."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -10,88 +11,90 @@ from ..parquet_io import read_parquet
 from .style import THEORY_STYLE, apply_style, save_figure
 
 EXPERIMENTS = {
-    "reduced_model": ("reduced $(v, A)$ softmax model, $d=3$, $t \\leq 1$", "tab:purple", "o"),
-    "full_model": ("§6 model, softmax", "tab:red", "s"),
+    ("reduced_model", "softmax"): ("reduced $(v, A)$ softmax model", "tab:purple", "o"),
+    ("full_model", "softmax"): ("§6 model, softmax", "tab:red", "s"),
+    ("full_model", "linear"): ("§6 model, linear", "tab:blue", "D"),
 }
 
 
-def plot_trajectory_transfer(inputs, outputs, params, rule="plot_trajectory_transfer"):
-    apply_style()
-    cols = ["model", "prompt_length", "seed", "time", "test_loss", "status"]
-    runs = pd.concat([read_parquet(p, columns=cols) for p in inputs["runs"]], ignore_index=True)
-    runs = runs[runs["model"] == "softmax"]
-    flows = pd.concat([read_parquet(p, columns=["seed", "time", "infinite_prompt_risk", "sharpness"]) for p in inputs["flows"]],
-                      ignore_index=True)
-    gap = read_parquet(inputs["gap"])
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [1.25, 0.8, 1.15]})
-
-    ax = axes[0]
+def _risk_panel(ax, runs, flows):
+    runs = runs[(runs["model"] == "softmax") & (runs["stream"] == 0) & (runs["time"] > 0)]
     lengths = sorted(runs["prompt_length"].unique())
     palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths))))
-    for L in lengths:
-        g = runs[(runs["prompt_length"] == L) & (runs["time"] > 0)]
-        mean = g.groupby("time")["test_loss"].mean()
-        ax.plot(mean.index, mean.to_numpy(), color=palette[L], linewidth=1.2, label=f"L = {L}")
-        bad = g[g["status"] == "diverged"]
-        ax.scatter(bad["time"], np.minimum(bad["test_loss"], 2.0), marker="x", color=palette[L], s=40, zorder=5)
-    flow = flows[flows["time"] > 0].groupby("time")["infinite_prompt_risk"].mean()
-    ax.plot(flow.index, flow.to_numpy(), label=r"$L=\infty$: gradient flow on closed-form $R_\infty(\theta)$", **THEORY_STYLE)
-    ax.axvline(params["horizon"], color="grey", linestyle=":", linewidth=1)
-    ax.text(params["horizon"], 1.0, " horizon of the gap", color="grey", fontsize=7, va="top")
+    for (L, seed), g in runs.groupby(["prompt_length", "seed"]):
+        ax.plot(g["time"], g["test_loss"], color=palette[L], linewidth=0.9, alpha=0.8,
+                label=f"L = {L}" if seed == runs["seed"].min() else None)
+    for seed, f in flows[flows["time"] > 0].groupby("seed"):
+        style = dict(THEORY_STYLE, linestyle=[":", "--", "-."][int(seed) % 3], linewidth=1.1)
+        ax.plot(f["time"], f["infinite_prompt_risk"], label=f"$L=\\infty$ flow, seed {seed}", **style)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(top=2.0)
-    ax.set_xlabel(r"training time $t = \mathrm{lr}\cdot\mathrm{step}$")
-    ax.set_ylabel("test MSE (mean over seeds)")
-    ax.set_title("§6 softmax model: SGD at each $L$ vs the $L = \\infty$ flow (same start)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_xlabel(r"training time $t = \sum_k \mathrm{lr}_k$")
+    ax.set_ylabel("test MSE (one line per seed)")
+    ax.set_title("§6 softmax model: SGD at each $L$ and the flow from the same start", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
 
-    ax = axes[1]
-    sharp = flows.dropna(subset=["sharpness"])
-    sharp = sharp[sharp["time"] > 0]
-    for seed, g in sharp.groupby("seed"):
-        ax.plot(g["time"], g["sharpness"], color="black", alpha=0.6, linewidth=1, label="flow, one line per seed" if seed == sharp["seed"].min() else None)
-    lr = float(params["lr"])
-    ax.axhline(2.0 / lr, color="tab:red", linestyle=":", label=f"2/lr = {2.0 / lr:.3g}: SGD stability limit")
-    ax.axvline(params["horizon"], color="grey", linestyle=":", linewidth=1)
+
+def _sharpness_panel(ax, flows, transfer_lr):
+    for seed, f in flows[flows["time"] > 0].groupby("seed"):
+        ax.plot(f["time"], f["sharpness"], linewidth=1, label=f"flow, seed {seed}")
+    if transfer_lr:
+        ax.axhline(2.0 / transfer_lr, color="tab:red", linestyle=":",
+                   label=f"2/lr = {2.0 / transfer_lr:.3g}: stability limit of the R4 runs")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"time $t$")
     ax.set_ylabel(r"sharpness $\lambda_{\max}(\nabla^2 R_\infty(\theta_\infty(t)))$")
-    ax.set_title("SGD can follow the flow only while sharpness < 2/lr", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("SGD tracks the flow only where lr·sharpness < 2", fontsize=9)
+    ax.legend(fontsize=6.5)
 
-    ax = axes[2]
-    points = gap[gap["kind"] == "gap"]
-    fits = gap[gap["kind"] == "fit"]
-    for exp, (label, color, marker) in EXPERIMENTS.items():
-        pts = points[(points["experiment"] == exp) & (points["model"] == "softmax")]
+
+def _gap_panel(ax, gaps, slopes):
+    for key, (label, color, marker) in EXPERIMENTS.items():
+        pts = gaps[(gaps["experiment"] == key[0]) & (gaps["model"] == key[1]) & (gaps["status"] == "ok")]
         if pts.empty:
             continue
-        ok = pts[pts["status"] == "ok"]
-        fit = fits[(fits["experiment"] == exp) & (fits["model"] == "softmax")]
-        text = ""
-        if len(fit):
+        fit = slopes[(slopes["experiment"] == key[0]) & (slopes["model"] == key[1])]
+        text = ": no slope (fewer than 2 lengths above the floor)"
+        if len(fit) and "slope" in fit and np.isfinite(fit["slope"].iloc[0]):
             f = fit.iloc[0]
-            grid = np.geomspace(ok["prompt_length"].min(), ok["prompt_length"].max(), 50)
+            grid = np.geomspace(f["fit_min_prompt_length"], f["fit_max_prompt_length"], 20)
             ax.plot(grid, np.exp(f["intercept"]) * grid ** f["slope"], color=color, linewidth=1)
             text = f": slope {f['slope']:.2f} [{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]"
-        ax.scatter(ok["prompt_length"], ok["sup_distance"], color=color, marker=marker, s=22, label=label + text)
-        bad = pts[pts["status"] != "ok"]
-        if len(bad):
-            ax.scatter(bad["prompt_length"], bad["sup_distance"].clip(upper=1e3), color=color, marker="x", s=40,
-                       label=f"{label}: diverged runs")
-    ref = points[points["experiment"] == "reduced_model"]
-    if len(ref):
-        L0, y0 = ref["prompt_length"].min(), ref[ref["prompt_length"] == ref["prompt_length"].min()]["sup_distance"].mean()
-        grid = np.geomspace(L0, points["prompt_length"].max(), 20)
-        ax.plot(grid, y0 * L0 / grid, label=r"theory: $O(1/L)$ (slope $-1$)", **THEORY_STYLE)
+        ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=label + text)
+        floor = pts.dropna(subset=["noise_floor"])
+        if len(floor):
+            factor = float(fit["floor_factor"].iloc[0]) if len(fit) else 3.0
+            ax.scatter(floor["prompt_length"], factor * floor["noise_floor"], color=color, marker=marker, s=22,
+                       facecolors="none", label=f"{label}: {factor:g}× SGD-noise floor (two batch streams)")
+    ok = slopes[np.isfinite(slopes["slope"])] if "slope" in slopes else slopes.iloc[:0]
+    if len(ok):
+        f = ok.iloc[0]
+        grid = np.geomspace(f["fit_min_prompt_length"], f["fit_max_prompt_length"], 20)
+        mid = np.sqrt(grid[0] * grid[-1])
+        y_mid = np.exp(f["intercept"]) * mid ** f["slope"]
+        ax.plot(grid, y_mid * mid / grid * 0.5, label=r"slope $-1$ (theory: $O(1/L)$)", **THEORY_STYLE)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$\sup_{t\leq T}\|\theta_L(t) - \theta_\infty(t)\|$")
-    ax.set_title("distance to the infinite-prompt flow on a fixed horizon (95% CI on slopes)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.suptitle("R4: finite-prompt training follows the infinite-prompt gradient flow, within $O(1/L)$ on a fixed horizon", fontsize=11)
+    ax.set_title("distance to the flow on a fixed horizon (95% CI on slopes)", fontsize=9)
+    ax.legend(fontsize=6)
+
+
+def plot_trajectory_transfer(inputs, outputs, params=None, rule="plot_trajectory_transfer"):
+    apply_style()
+    cols = ["model", "prompt_length", "seed", "stream", "time", "test_loss", "status"]
+    runs = pd.concat([read_parquet(p, columns=cols) for p in inputs["trajectories"]], ignore_index=True)
+    flows = pd.concat([read_parquet(p, columns=["seed", "time", "infinite_prompt_risk", "sharpness"])
+                       for p in inputs["flows"]], ignore_index=True)
+    gaps, slopes = read_parquet(inputs["gaps"]), read_parquet(inputs["slopes"])
+    transfer_lr = float(gaps["transfer_lr"].iloc[0]) if "transfer_lr" in gaps and len(gaps) else None
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [1.25, 0.9, 1.15]})
+    _risk_panel(axes[0], runs, flows)
+    _sharpness_panel(axes[1], flows, transfer_lr)
+    _gap_panel(axes[2], gaps, slopes)
+    fig.suptitle("R4: finite-prompt training follows the infinite-prompt gradient flow, within $O(1/L)$ on a fixed "
+                 "horizon", fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

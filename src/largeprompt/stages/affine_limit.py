@@ -1,10 +1,12 @@
-"""R1 Monte Carlo: finite-prompt attention along a query ray against its exact limit (SPEC §3.2 `affine_limit`).
+"""R1 Monte Carlo: finite-prompt attention along a query ray against its exact limit (docs/experiments.md#affine_limit).
 
 For each token measure μ, prompt p (its own counter-based stream) and nested prompt length L,
 T_{μ_L}(t·e) is evaluated at every ray point in one streaming pass; the infinite-prompt value
-V ∇K(U t·e) (SPEC F1) is stored next to it.
+V ∇K(U t·e) (docs/theory.md#infinite-prompt-operator) is stored next to it.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -14,17 +16,30 @@ from ..attention import infinite_prompt_attention, streaming_prompt_attention
 from ..measures import make_measure, toeplitz_covariance
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
-from ..runlog import progress, resolve_device
+from ..devices import dtype_of, resolve_device
+from ..pipeline import Runtime, settings_from
+from ..runlog import progress
 from ..seeding import stream_generator
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+@dataclass(frozen=True)
+class AffineLimitSettings:
+    """Config section ``affine_limit`` (the ray itself is in the queries file)."""
+
+    measures: list
+    gaussian_mean: list
+    gaussian_rho: float
+    attention_scale: float
+    prompt_lengths: list
+    n_prompts: int
+    chunk_size: int
 
 
-def affine_limit_measure(name: str, dim: int, params: dict, dtype=torch.float64, device="cpu"):
+def affine_limit_measure(name: str, dim: int, cfg: AffineLimitSettings, dtype=torch.float64, device="cpu"):
     """The token measure of panel ``name``: N(m, Toeplitz(ρ)) or unit-variance Rademacher/uniform."""
     if name == "gaussian":
-        cov = toeplitz_covariance(dim, params["gaussian_rho"], dtype=dtype, device=device)
-        mean = torch.tensor(params["gaussian_mean"], dtype=dtype, device=device)
+        cov = toeplitz_covariance(dim, cfg.gaussian_rho, dtype=dtype, device=device)
+        mean = torch.tensor(cfg.gaussian_mean, dtype=dtype, device=device)
         return make_measure(name, dim, mean=mean, cov=cov, dtype=dtype, device=device)
     return make_measure(name, dim, dtype=dtype, device=device)
 
@@ -37,45 +52,44 @@ def attention_and_value(dim: int, scale: float, dtype=torch.float64, device="cpu
     return attention_matrix, value_matrix
 
 
-def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit"):
-    """Write results/bounds/affine_limit.parquet: one row per (measure, L, prompt, point)."""
-    dtype = DTYPES[params["dtype"]]
-    device = resolve_device(params.get("device", "cpu"))
+def finite_prompt_outputs(query, measure, U, V, lengths, n_prompts, chunk_size, seed, name, device) -> np.ndarray:
+    """T_{μ_L} at every query point for each prompt and nested L: [n_prompts, len(lengths), P]."""
+    finite = np.empty((n_prompts, len(lengths), query.shape[0]))
+    for prompt in progress(range(n_prompts), desc=f"affine_limit {name}"):
+        gen = stream_generator(seed, f"affine_limit/{name}", prompt, device=device)
+        out = streaming_prompt_attention(query, measure, lengths[-1], U, V, gen, chunk_size, prefix_lengths=lengths)
+        finite[prompt] = out[..., 0].cpu().numpy()  # [len(lengths), P]
+    return finite
+
+
+def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=Runtime()):
+    """Write results/<run>/affine_limit/affine_limit.parquet: one row per (measure, L, prompt, point)."""
+    cfg = settings_from(AffineLimitSettings, params["affine_limit"], "affine_limit")
+    dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     queries = read_parquet(inputs["queries"])
     queries = queries[queries["experiment"] == "affine_limit"].sort_values("point")
     coords = [c for c in queries.columns if c.startswith("z")]
     query = torch.tensor(queries[coords].to_numpy(), dtype=dtype, device=device)  # [P, D]
     n_points, dim = query.shape
-    lengths = sorted(int(L) for L in params["prompt_lengths"])
-    n_prompts = int(params["n_prompts"])
-    U, V = attention_and_value(dim, params["attention_scale"], dtype, device)
-
+    lengths = sorted(int(L) for L in cfg.prompt_lengths)
+    U, V = attention_and_value(dim, cfg.attention_scale, dtype, device)
     frames = []
-    for name in params["measures"]:
-        measure = affine_limit_measure(name, dim, params, dtype, device)
+    for name in cfg.measures:
+        measure = affine_limit_measure(name, dim, cfg, dtype, device)
         limit = infinite_prompt_attention(query, measure, U, V)[:, 0].cpu().numpy()  # [P]
-        finite = np.empty((n_prompts, len(lengths), n_points))
-        for prompt in progress(range(n_prompts), desc=f"affine_limit {name}"):
-            gen = stream_generator(params["seed"], f"affine_limit/{name}", prompt, device=device)
-            out = streaming_prompt_attention(
-                query, measure, lengths[-1], U, V, gen, params["chunk_size"], prefix_lengths=lengths
-            )  # [len(lengths), P, 1]
-            finite[prompt] = out[..., 0].cpu().numpy()
+        finite = finite_prompt_outputs(query, measure, U, V, lengths, cfg.n_prompts, cfg.chunk_size, params["seed"],
+                                       name, device)
         prompt_idx, length_idx, point_idx = np.meshgrid(
-            np.arange(n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
+            np.arange(cfg.n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
         )
-        frames.append(
-            pd.DataFrame(
-                {
-                    "measure": name,
-                    "prompt_length": np.asarray(lengths)[length_idx.ravel()],
-                    "prompt": prompt_idx.ravel(),
-                    "point": point_idx.ravel(),
-                    "t": queries["t"].to_numpy()[point_idx.ravel()],
-                    "finite_prompt_output": finite.ravel(),
-                    "infinite_prompt_output": limit[point_idx.ravel()],
-                }
-            )
-        )
+        frames.append(pd.DataFrame({
+            "measure": name,
+            "prompt_length": np.asarray(lengths)[length_idx.ravel()],
+            "prompt": prompt_idx.ravel(),
+            "point": point_idx.ravel(),
+            "t": queries["t"].to_numpy()[point_idx.ravel()],
+            "finite_prompt_output": finite.ravel(),
+            "infinite_prompt_output": limit[point_idx.ravel()],
+        }))
     frame = pd.concat(frames, ignore_index=True)
-    write_parquet(frame, outputs["result"], provenance(rule, params, seed=params["seed"]))
+    write_parquet(frame, outputs["result"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))

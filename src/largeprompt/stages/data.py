@@ -1,26 +1,37 @@
-"""Stage 1, data generation: the fixed query points for R1–R3 (SPEC §3.1 stage 1)."""
+"""Stage 1, data generation: the fixed query points of R1 (docs/experiments.md#affine_limit)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..parquet_io import write_parquet
+from ..pipeline import settings_from
 from ..provenance import provenance
 
 
-def ray_queries(direction, t_max: float, n_points: int) -> pd.DataFrame:
-    """Query points z_q = t·e on a ray, e = direction/‖direction‖, t on a uniform grid in [−t_max, t_max]."""
-    e = np.asarray(direction, dtype=np.float64)
+@dataclass(frozen=True)
+class Ray:
+    """Config ``affine_limit.ray``: the query points z_q = t·e, e = direction/‖direction‖, |t| ≤ t_max."""
+
+    direction: list
+    t_max: float
+    n_points: int
+
+
+def ray_queries(ray: Ray) -> pd.DataFrame:
+    """One row per query point t·e, t on a uniform grid in [−t_max, t_max]; columns z0…z{D−1}."""
+    e = np.asarray(ray.direction, dtype=np.float64)
     e = e / np.linalg.norm(e)
-    t = np.linspace(-t_max, t_max, n_points)
-    frame = pd.DataFrame({"experiment": "affine_limit", "point": np.arange(n_points), "t": t})
+    t = np.linspace(-ray.t_max, ray.t_max, ray.n_points)
+    frame = pd.DataFrame({"experiment": "affine_limit", "point": np.arange(ray.n_points), "t": t})
     for j, ej in enumerate(e):
         frame[f"z{j}"] = t * ej
     return frame
 
 
 def make_queries(inputs, outputs, params, rule="make_queries"):
-    """Write results/data/queries.parquet: one row per query point, columns z0…z{D−1}."""
-    ray = params["ray"]
-    frame = ray_queries(ray["direction"], ray["t_max"], ray["n_points"])
-    write_parquet(frame, outputs["queries"], provenance(rule, params, seed=None))
+    """Write results/<run>/data/queries.parquet."""
+    ray = settings_from(Ray, params["affine_limit"]["ray"], "affine_limit.ray")
+    write_parquet(ray_queries(ray), outputs["queries"], provenance(rule, params))

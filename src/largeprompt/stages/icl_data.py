@@ -1,4 +1,5 @@
-"""Stage 1, in-context regression data: the fixed test set and the Bayes risk (SPEC §3.1 stage 1, F6).
+"""Stage 1, in-context regression data: the fixed test set and the reference risks on it
+(docs/experiments.md#training_vs_prompt_length, docs/theory.md#bayes-risk).
 
 The test set holds ``n_test`` prompts at the largest prompt length, drawn from stream
 (seed, "icl/test", 0), in long format: one row per (prompt, token_index). Rows 0…L_max−1 are the
@@ -11,19 +12,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..icl import RegressionTask, optimal_linear_attention_risk, ridge_predictions
-from ..measures import toeplitz_covariance
+from ..icl import (
+    RegressionTask,
+    linear_attention_fixed_point,
+    optimal_linear_attention_risk,
+    regression_task,
+    ridge_predictions,
+)
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
 from ..seeding import stream_generator
 
 QUERY_INDEX = -1
-
-
-def regression_task(icl: dict) -> RegressionTask:
-    """The task of config section ``icl``: Λ = Toeplitz(ρ) in d dimensions, τ², σ² (SPEC §0)."""
-    cov = toeplitz_covariance(icl["dim"], icl["covariance_rho"], dtype=torch.float64)
-    return RegressionTask(cov, icl["task_variance"], icl["noise_variance"])
 
 
 def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, seed: int) -> pd.DataFrame:
@@ -34,7 +34,7 @@ def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, se
     tokens = torch.cat([torch.cat([query[:, None, :d], target[:, None, None]], dim=-1), prompt], dim=1)  # [N, L+1, D]
     frame = pd.DataFrame({
         "prompt": np.repeat(np.arange(n_test), L + 1),
-        "token_index": np.tile(np.arange(-1, L), n_test),
+        "token_index": np.tile(np.arange(QUERY_INDEX, L), n_test),
     })
     flat = tokens.reshape(-1, d + 1).numpy()
     for j in range(d):
@@ -55,15 +55,16 @@ def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=t
     query = torch.tensor(arr[:, 0], dtype=dtype, device=device)  # [N, D]
     target = query[:, -1].clone()  # [N]
     query[:, -1] = 0.0  # z_q = (x_q, 0)
-    prompt = torch.tensor(arr[:, 1:] if prompt_length is None else arr[:, 1 : 1 + prompt_length], dtype=dtype, device=device)  # [N, L, D]
+    stop = None if prompt_length is None else 1 + prompt_length
+    prompt = torch.tensor(arr[:, 1:stop], dtype=dtype, device=device)  # [N, L, D]
     return query, prompt, target
 
 
 def make_icl_test_set(inputs, outputs, params, rule="make_icl_test_set"):
-    """Write results/data/icl_test.parquet."""
-    task = regression_task(params["icl"])
-    frame = test_set_frame(task, params["icl"]["n_test"], params["max_prompt_length"], params["seed"])
-    write_parquet(frame, outputs["test_set"], provenance(rule, params, seed=params["seed"]))
+    """Write results/<run>/data/icl_test.parquet."""
+    icl = params["icl"]
+    frame = test_set_frame(regression_task(icl), int(icl["n_test"]), int(params["max_prompt_length"]), int(params["seed"]))
+    write_parquet(frame, outputs["test_set"], provenance(rule, params, base_seed=params["seed"]))
 
 
 def bayes_prompt_lengths(train_lengths, n_grid: int = 30) -> list[int]:
@@ -72,23 +73,35 @@ def bayes_prompt_lengths(train_lengths, n_grid: int = 30) -> list[int]:
     return sorted(set(int(L) for L in grid) | set(int(L) for L in train_lengths))
 
 
+def reference_risks(task: RegressionTask, test_set, prompt_length: int, ridge: float) -> dict:
+    """At one L: the Bayes (ridge) and best-linear-attention (Γ*) predictors' MSE on the test set, with standard
+    errors, and R(Γ*) in closed form (docs/theory.md#bayes-risk, docs/theory.md#linear-attention-optimum)."""
+    query, prompt, target = test_set
+    prompt = prompt[:, :prompt_length]
+    bayes = (ridge_predictions(query, prompt, ridge) - target) ** 2  # [N]
+    lam = task.covariance.numpy()
+    gamma = torch.as_tensor(linear_attention_fixed_point(lam, task.task_variance, task.noise_variance, prompt_length))
+    moment = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # m̂ = (1/L) Σ yᵢxᵢ [N, d]
+    linear = (torch.einsum("ni,ij,nj->n", query[:, :-1], gamma, moment) - target) ** 2  # [N]
+    n = len(target)
+    return {
+        "prompt_length": prompt_length,
+        "bayes_risk": float(bayes.mean()),
+        "bayes_risk_se": float(bayes.std() / n**0.5),
+        "optimal_linear_attention_risk": optimal_linear_attention_risk(lam, task.task_variance, task.noise_variance,
+                                                                       prompt_length),
+        "optimal_linear_attention_test_risk": float(linear.mean()),
+        "optimal_linear_attention_test_risk_se": float(linear.std() / n**0.5),
+    }
+
+
 def bayes_risk(inputs, outputs, params, rule="bayes_risk"):
-    """Write results/data/bayes_risk.parquet: the ridge (λ = σ²/τ²) test MSE at every L, with its standard error."""
-    icl = params["icl"]
+    """Write results/<run>/data/bayes_risk.parquet: per L, the reference risks of :func:`reference_risks`."""
+    icl, lengths = params["icl"], params["train"]["prompt_lengths"]
     task = regression_task(icl)
-    query, prompt, target = load_test_set(read_parquet(inputs["test_set"]))
+    test_set = load_test_set(read_parquet(inputs["test_set"]))
     ridge = icl["noise_variance"] / icl["task_variance"]
-    rows = []
-    for L in bayes_prompt_lengths(params["prompt_lengths"]):
-        err2 = (ridge_predictions(query, prompt[:, :L], ridge) - target) ** 2  # [N]
-        rows.append({
-            "prompt_length": L,
-            "bayes_risk": float(err2.mean()),
-            "bayes_risk_se": float(err2.std() / len(err2) ** 0.5),
-            "in_training_grid": L in set(params["prompt_lengths"]),
-            # population risk of the best linear-attention predictor x_qᵀΓ*m̂ (THEORY §F(v)), for reference
-            "optimal_linear_attention_risk": optimal_linear_attention_risk(
-                task.covariance.numpy(), icl["task_variance"], icl["noise_variance"], L
-            ),
-        })
-    write_parquet(pd.DataFrame(rows), outputs["bayes_risk"], provenance(rule, params, seed=params["seed"]))
+    rows = [reference_risks(task, test_set, L, ridge) for L in bayes_prompt_lengths(lengths)]
+    frame = pd.DataFrame(rows)
+    frame["in_training_grid"] = frame["prompt_length"].isin(set(lengths))
+    write_parquet(frame, outputs["bayes_risk"], provenance(rule, params))

@@ -1,93 +1,112 @@
-"""Stage 2, training at each prompt length: one (model, L, seed) run per job (SPEC §3.1 stage 2, §5)."""
+"""Stage 2, training at each prompt length: every (model, seed) run at one L in one job
+(docs/experiments.md#training-protocol).
+
+* :func:`train` — the R6 runs, with the step-size rule of config ``train.step_size_rule``
+  (``flow_sharpness`` reads each seed's infinite-prompt flow; ``constant`` is the paper's plain SGD).
+* :func:`train_transfer` — the R4 runs: constant small lr, large batch, short horizon, each seed also
+  on an independent batch stream to measure the SGD-noise floor.
+"""
 from __future__ import annotations
 
 import functools
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
+from ..devices import dtype_of, resolve_device
+from ..icl import regression_task
 from ..parquet_io import read_parquet, write_parquet
+from ..pipeline import Runtime, settings_from
 from ..provenance import provenance
-from ..rates import t_interval
-from ..runlog import progress, resolve_device
-from ..training import RunConfig, train_run
-from .icl_data import load_test_set, regression_task
+from ..runlog import progress
+from ..schedules import stability_margin, step_sizes
+from ..trainer import PromptLengthTrainer
+from ..training import run_specs
+from .icl_data import load_test_set
 
 
-def run_config(params: dict) -> RunConfig:
-    """The RunConfig of a job from its rule params (config sections ``train`` and ``seed``)."""
-    train = params["train"]
-    return RunConfig(
-        model=params["model"],
-        prompt_length=int(params["prompt_length"]),
-        run_seed=int(params["run_seed"]),
-        base_seed=int(params["seed"]),
-        steps=int(train["steps"]),
-        batch_size=int(train["batch_size"]),
-        lr=float(train["lr"]),
-        log_every=int(train["log_every"]),
-        divergence_threshold=float(train["divergence_threshold"]),
-        dtype=train["dtype"],
-        task=json.dumps(params["icl"], sort_keys=True),
-    )
+@dataclass(frozen=True)
+class TrainSettings:
+    """Config section ``train`` (or ``transfer``): what determines the runs of one prompt length."""
+
+    models: list
+    seeds: list
+    replicate_seeds: list
+    batch_size: int
+    lr: float
+    step_size_rule: str
+    stability_fraction: float
+    horizon: float
+    n_log: int
+    divergence_threshold: float
+    fatal_divergence: bool
+    dtype: str
 
 
-def train(inputs, outputs, params, rule="train"):
-    """Write results/train/{model}/L{L}/seed{seed}.parquet; checkpoint at params['checkpoint'] meanwhile."""
-    cfg = run_config(params)
+def load_flows(paths) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """seed → (times, sharpness) of each seed's infinite-prompt flow."""
+    flows = {}
+    for path in paths:
+        f = read_parquet(path, columns=["seed", "time", "sharpness"]).sort_values("time")
+        flows[int(f["seed"].iloc[0])] = (f["time"].to_numpy(), f["sharpness"].to_numpy())
+    return flows
+
+
+def schedules(cfg: TrainSettings, specs, flows) -> list[np.ndarray]:
+    """Each run's step sizes; warns (naming the key and the limit) where a constant lr is unstable for a flow."""
+    sizes = [step_sizes(cfg.step_size_rule, cfg.lr, cfg.horizon, cfg.stability_fraction, flows.get(s.seed))
+             for s in specs]
+    for spec, lr in zip(specs, sizes):
+        if spec.seed in flows:
+            margin = stability_margin(lr, *flows[spec.seed])
+            if margin >= 2.0:
+                times, sharp = flows[spec.seed]
+                print(f"WARNING: config key 'train.lr' = {cfg.lr:g} is unstable for {spec.label}: lr·sharpness of its "
+                      f"R∞ flow reaches {margin:.3g} ≥ 2 (sharpness {sharp.max():.3g} at t = {times[sharp.argmax()]:g}; "
+                      f"stable below lr = {2 / sharp.max():.3g}, or use train.step_size_rule: flow_sharpness)")
+    return sizes
+
+
+def fit_prompt_length(cfg: TrainSettings, params, inputs, outputs, rule, runtime, flows) -> None:
+    """Train every run of ``cfg`` at params['prompt_length'] and write its trajectories."""
+    L, base_seed = int(params["prompt_length"]), int(params["seed"])
     task = regression_task(params["icl"])
-    test_set = load_test_set(read_parquet(inputs["test_set"]), cfg.prompt_length)
-    frame = train_run(
-        task, cfg, test_set,
-        checkpoint_path=params["checkpoint"],
-        checkpoint_every=int(params["train"]["checkpoint_every"]),
-        fatal_divergence=bool(params["train"]["fatal_divergence"]),
-        device=resolve_device(params.get("device", "cpu")),
-        progress=functools.partial(progress, desc=f"{cfg.model} L={cfg.prompt_length} seed={cfg.run_seed}"),
-    )
-    frame.insert(0, "model", cfg.model)
-    frame.insert(1, "prompt_length", cfg.prompt_length)
-    frame.insert(2, "seed", cfg.run_seed)
-    last = frame.iloc[-1]
-    print(f"final: step {last['step']}, test_loss {last['test_loss']:.5f}, R_inf {last['infinite_prompt_risk']:.5f}, status {last['status']}")
-    write_parquet(frame, outputs["trajectory"], provenance(rule, params, seed=cfg.run_seed))
-    Path(params["checkpoint"]).unlink(missing_ok=True)  # the run is complete: its checkpoint is spent
+    specs = run_specs(cfg.models, cfg.seeds, cfg.replicate_seeds)
+    sizes = schedules(cfg, specs, flows)
+    margins = {(s.model, s.seed, s.stream): stability_margin(lr, *flows[s.seed]) for s, lr in zip(specs, sizes)
+               if s.seed in flows}
+    if margins:
+        print(f"largest lr·sharpness along the runs' own flows: {max(margins.values()):.3f} (stable below 2)")
+    device, dtype = resolve_device(runtime.device), dtype_of(cfg.dtype)
+    test_set = load_test_set(read_parquet(inputs["test_set"]), L, dtype=dtype, device=device)
+    trainer = PromptLengthTrainer(task, specs, sizes, prompt_length=L, base_seed=base_seed, batch_size=cfg.batch_size,
+                                  n_log=cfg.n_log, divergence_threshold=cfg.divergence_threshold, dtype=cfg.dtype,
+                                  device=device)
+    checkpoint = Path(params["checkpoint"])
+    frame = trainer.run(test_set, checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every,
+                        key_extra={"icl": params["icl"]}, fatal_divergence=cfg.fatal_divergence,
+                        progress=functools.partial(progress, None, desc=f"{rule} L={L} ({len(specs)} runs)"))
+    keys = zip(frame["model"], frame["seed"], frame["stream"])
+    frame["stability_margin"] = [margins.get((m, int(s), int(j)), np.nan) for m, s, j in keys]  # max lr·λ of the run
+    for (model, seed, stream), g in frame.groupby(["model", "seed", "stream"]):
+        last = g.iloc[-1]
+        print(f"{model:8s} seed={seed} stream={stream}: t={last['time']:.4g} step {last['step']} test {last['test_loss']:.5f}"
+              f" R_inf {last['infinite_prompt_risk']:.5f} {last['status']}")
+    write_parquet(frame, outputs["trajectories"],
+                  provenance(rule, params, base_seed=base_seed, run_seeds=sorted({s.seed for s in specs}), runtime=runtime))
+    checkpoint.unlink(missing_ok=True)  # the job is complete: its checkpoint is spent
 
 
-TAIL_FRACTION = 0.1
+def train(inputs, outputs, params, rule="train", runtime=Runtime()):
+    """Write results/<run>/train/L{L}.parquet: every R6 run at this L (checkpointed at params['checkpoint'])."""
+    cfg = settings_from(TrainSettings, params["train"], "train")
+    fit_prompt_length(cfg, params, inputs, outputs, rule, runtime, load_flows(inputs["flows"]))
 
 
-def summarize_training(inputs, outputs, params, rule="summarize_training"):
-    """Write results/train/summary.parquet: the final losses of every run (``kind`` = run; the mean of the rows logged
-    in the last tenth of training, or the diverged row) and, per (model, L),
-    the mean and 95% t-interval over the seeds that did not diverge (``kind`` = summary) of the final test
-    MSE, of the excess over the Bayes risk at that L (same test set) and of L·excess."""
-    bayes = read_parquet(inputs["bayes_risk"]).set_index("prompt_length")["bayes_risk"]
-    finals = []
-    for path in inputs["runs"]:
-        run = read_parquet(path, columns=["model", "prompt_length", "seed", "step", "time", "train_loss", "test_loss",
-                                          "infinite_prompt_risk", "status"])
-        final = run.iloc[-1].copy()
-        if final["status"] == "ok":  # average the evaluations over the last tenth of training (SGD oscillates)
-            tail = run[run["step"] >= (1.0 - TAIL_FRACTION) * final["step"]]
-            for col in ("train_loss", "test_loss", "infinite_prompt_risk"):
-                final[col] = tail[col].mean()
-        finals.append(final)
-    runs = pd.DataFrame(finals).reset_index(drop=True)
-    runs["kind"] = "run"
-    runs["bayes_risk"] = runs["prompt_length"].map(bayes)
-    runs["excess_risk"] = runs["test_loss"] - runs["bayes_risk"]
-    runs["scaled_excess_risk"] = runs["prompt_length"] * runs["excess_risk"]
-    rows = []
-    for (model, L), g in runs.groupby(["model", "prompt_length"]):
-        ok = g[g["status"] == "ok"]
-        row = {"kind": "summary", "model": model, "prompt_length": int(L), "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
-               "bayes_risk": float(bayes[L])}
-        for col in ("test_loss", "excess_risk", "scaled_excess_risk", "infinite_prompt_risk"):
-            row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col])
-        rows.append(row)
-        print(f"{model:8s} L={L:5d}: test MSE {row['test_loss_mean']:.4f} [{row['test_loss_lo']:.4f}, {row['test_loss_hi']:.4f}]"
-              f"  Bayes {row['bayes_risk']:.4f}  diverged {row['n_diverged']}/{row['n_seeds']}")
-    frame = pd.concat([runs, pd.DataFrame(rows)], ignore_index=True)
-    write_parquet(frame, outputs["summary"], provenance(rule, params, seed=None))
+def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=Runtime()):
+    """Write results/<run>/transfer/L{L}.parquet: the R4 runs at this L, constant lr."""
+    section = dict(params["transfer"], step_size_rule="constant", stability_fraction=1.0, divergence_threshold=1e4,
+                   fatal_divergence=False, dtype="float64")
+    cfg = settings_from(TrainSettings, section, "transfer")
+    fit_prompt_length(cfg, params, inputs, outputs, rule, runtime, load_flows(inputs.get("flows", [])))

@@ -1,0 +1,133 @@
+"""The rows of rates.parquet: fitted exponents, local slopes, error statistics, the asymptotic constant
+and the paper's bound form, each with a bootstrap CI over whole repetitions
+(docs/experiments.md#output_concentration, docs/theory.md#random-query-rate).
+
+Keys: ``quantity``, ``metric`` (output | grad_U | grad_V), ``measure``, ``c``, ``statistic`` (mean | median | q90),
+``prompt_length`` (NaN where not per-L). Values: ``estimate``, ``ci_low``/``ci_high`` and the theory value ``predicted``.
+
+* ``exponent``: p̂ with statistic ∝ L^{−p}, least squares on log–log over the upper half of the L grid;
+  predicted min(1, 1/(2c)) for the Gaussian mean, 1 for medians and bounded tokens.
+* ``local_exponent``: −d log(statistic)/d log L at each L.
+* ``error_statistic``: the mean / median / 90% quantile of the squared error at each L (for figures).
+* ``asymptotic_constant`` (Gaussian, output): L·E‖T_L − T_∞‖² at the largest L against E_q tr C
+  (docs/theory.md#fixed-query-fluctuations), NaN where that average is infinite (c ≥ 1/2).
+* ``paper_form_c1``, ``paper_form_c2``: c₁ ln L / L^{c₂/σ²} fitted jointly over the Gaussian cells with
+  c ≥ paper_form_min_c (the row's ``c``); predicted c₂ = 1/2.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..fluctuations import random_query_mean_trace_c
+from ..rates import (
+    STATISTICS,
+    bootstrap_indices,
+    bootstrap_statistic,
+    fit_paper_form,
+    local_exponents,
+    loglog_exponent,
+    percentile_ci,
+    predicted_exponent,
+    statistic,
+    upper_half,
+)
+from ..runlog import progress
+from ..seeding import stream_seed
+
+ERROR_METRICS = {"output": "output_sq_error", "grad_U": "grad_U_sq_error", "grad_V": "grad_V_sq_error"}
+
+
+def _row(**kw):
+    base = dict(quantity="", metric="", measure="", c=np.nan, statistic="", prompt_length=np.nan,
+                estimate=np.nan, ci_low=np.nan, ci_high=np.nan, predicted=np.nan,
+                fit_min_prompt_length=np.nan, fit_max_prompt_length=np.nan, n_repetitions=0)
+    base.update(kw)
+    return base
+
+
+def _error_matrix(cell: pd.DataFrame, column: str):
+    """[R, P] errors and the sorted L grid of one (measure, c) cell."""
+    wide = cell.pivot(index="repetition", columns="prompt_length", values=column).sort_index(axis=1)
+    return wide.to_numpy(), wide.columns.to_numpy()
+
+
+def statistic_rows(errors, lengths, idx, stat: str, level: float, common: dict) -> list[dict]:
+    """Exponent, local exponents and the statistic itself at each L, for one statistic of one cell."""
+    fit = upper_half(lengths)
+    point, boot = statistic(errors, stat), bootstrap_statistic(errors, stat, idx)  # [P], [B, P]
+    predicted = float(predicted_exponent(common["c"], common["measure"])) if stat == "mean" else 1.0
+    lo, hi = percentile_ci(loglog_exponent(lengths[fit], boot[:, fit]), level)
+    rows = [_row(quantity="exponent", statistic=stat, estimate=loglog_exponent(lengths[fit], point[fit]), ci_low=lo,
+                 ci_high=hi, predicted=predicted, fit_min_prompt_length=lengths[fit].min(),
+                 fit_max_prompt_length=lengths[fit].max(), **common)]
+    local = local_exponents(lengths, point)  # [P]
+    llo, lhi = percentile_ci(local_exponents(lengths, boot), level)
+    qlo, qhi = percentile_ci(boot, level)
+    for j, L in enumerate(lengths):
+        rows.append(_row(quantity="local_exponent", statistic=stat, prompt_length=float(L), estimate=local[j],
+                         ci_low=llo[j], ci_high=lhi[j], predicted=predicted, **common))
+        rows.append(_row(quantity="error_statistic", statistic=stat, prompt_length=float(L), estimate=point[j],
+                         ci_low=qlo[j], ci_high=qhi[j], **common))
+    return rows
+
+
+def quantile_rows(errors, lengths, idx, level: float, common: dict) -> list[dict]:
+    """The 90% quantile of the squared error at each L with its bootstrap CI."""
+    q90, boot = statistic(errors, "q90"), bootstrap_statistic(errors, "q90", idx)  # [P], [B, P]
+    lo, hi = percentile_ci(boot, level)
+    return [_row(quantity="error_statistic", statistic="q90", prompt_length=float(L), estimate=q90[j],
+                 ci_low=lo[j], ci_high=hi[j], **common) for j, L in enumerate(lengths)]
+
+
+def constant_row(errors, lengths, idx, sigma_sq: float, dim: int, level: float, common: dict) -> dict:
+    """L·E‖T_L − T_∞‖² at the largest L against its delta-method value E_q tr C."""
+    scaled = lengths[-1] * errors[:, -1]
+    lo, hi = percentile_ci(scaled[idx].mean(axis=1), level)
+    return _row(quantity="asymptotic_constant", statistic="mean", prompt_length=float(lengths[-1]),
+                estimate=scaled.mean(), ci_low=lo, ci_high=hi,
+                predicted=float(random_query_mean_trace_c(common["c"], sigma_sq, dim)), **common)
+
+
+def paper_form_rows(metric: str, group: list, level: float) -> list[dict]:
+    """Joint fit of c₁ ln L / L^{c₂/σ²} over the Gaussian cells of ``group`` with its bootstrap CI.
+
+    ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap indices [B, R]) per c; each c is
+    resampled with its own indices (the cells are independent). The heuristic rate predicts c₂ = 1/2.
+    """
+    ls = np.concatenate([g[2] for g in group])  # [N]
+    s2 = np.concatenate([np.full(len(g[2]), g[1]) for g in group])  # [N]
+    point = np.concatenate([g[3].mean(0) for g in group])  # [N]
+    boot = np.concatenate([bootstrap_statistic(g[3], "mean", g[4]) for g in group], axis=1)  # [B, N]
+    est, boot_fit = fit_paper_form(ls, s2, point), fit_paper_form(ls, s2, boot)  # [2], [B, 2]
+    rows = []
+    for k, pname in enumerate(("c1", "c2")):
+        lo, hi = percentile_ci(boot_fit[:, k], level)
+        rows.append(_row(quantity=f"paper_form_{pname}", metric=metric, measure="gaussian", statistic="mean",
+                         estimate=est[k], ci_low=lo, ci_high=hi, predicted=0.5 if pname == "c2" else np.nan,
+                         c=min(g[0] for g in group), fit_min_prompt_length=ls.min(), fit_max_prompt_length=ls.max(),
+                         n_repetitions=int(group[0][3].shape[0])))
+    return rows
+
+
+def rate_rows(frame: pd.DataFrame, cfg, seed: int) -> pd.DataFrame:
+    """Every row of rates.parquet from the merged error table (module docstring)."""
+    rows, paper_cells = [], {}
+    for (name, c), cell in progress(list(frame.groupby(["measure", "c"], sort=True)), desc="rates"):
+        c, sigma_sq = float(c), float(cell["sigma_sq"].iloc[0])
+        for metric, column in ERROR_METRICS.items():
+            errors, lengths = _error_matrix(cell, column)  # [R, P], [P]
+            rng = np.random.default_rng(stream_seed(seed, f"bounds/bootstrap/{name}/{metric}", int(round(c * 1e6))))
+            idx = bootstrap_indices(errors.shape[0], cfg.n_bootstrap, rng)  # [B, R]
+            common = dict(metric=metric, measure=name, c=c, n_repetitions=errors.shape[0])
+            for stat in STATISTICS:
+                rows += statistic_rows(errors, lengths, idx, stat, cfg.ci_level, common)
+            rows += quantile_rows(errors, lengths, idx, cfg.ci_level, common)
+            if metric == "output" and name == "gaussian":
+                rows.append(constant_row(errors, lengths, idx, sigma_sq, cfg.dim, cfg.ci_level, common))
+            if name == "gaussian" and c >= cfg.paper_form_min_c:
+                fit = upper_half(lengths)
+                paper_cells.setdefault(metric, []).append((c, sigma_sq, lengths[fit], errors[:, fit], idx))
+    for metric, group in paper_cells.items():
+        rows += paper_form_rows(metric, group, cfg.ci_level)
+    return pd.DataFrame(rows)

@@ -1,0 +1,168 @@
+"""The training loop of one prompt length: all runs, stacked, with logging, divergence and checkpoints
+(docs/experiments.md#training-protocol; the pieces are in :mod:`largeprompt.training`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import multirun
+from .icl import RegressionTask
+from .training import (
+    DTYPES,
+    RunSpec,
+    TrainingDiverged,
+    batch,
+    initial_parameters,
+    load_checkpoint,
+    log_row,
+    save_checkpoint,
+    test_losses,
+)
+
+
+class PromptLengthTrainer:
+    """SGD of every run in ``specs`` at ``prompt_length``; ``step_sizes[r]`` is run r's lr sequence."""
+
+    def __init__(self, task: RegressionTask, specs: list[RunSpec], step_sizes: list[np.ndarray], *, prompt_length: int,
+                 base_seed: int, batch_size: int, n_log: int, divergence_threshold: float, dtype: str = "float32",
+                 device="cpu"):
+        self.task, self.specs, self.L, self.device = task, specs, int(prompt_length), device
+        self.base_seed, self.batch_size, self.threshold = int(base_seed), int(batch_size), float(divergence_threshold)
+        self.dtype = DTYPES[dtype]
+        self.step_sizes = [np.asarray(s, dtype=np.float64) for s in step_sizes]
+        self.clocks = [np.concatenate([[0.0], np.cumsum(s)]) for s in self.step_sizes]  # t_k, k = 0…K_r
+        self.horizon = max(float(c[-1]) for c in self.clocks)
+        self.n_log = int(n_log)
+        runs = [initial_parameters(self.base_seed, s.seed, task.token_dim, dtype=self.dtype, device=device) for s in specs]
+        self.stack = multirun.RunStack.from_parameters(runs, [s.model == "softmax" for s in specs])
+        self.step = 0
+        self.status = ["ok"] * len(specs)
+        self.rows: list[list[dict]] = [[] for _ in specs]
+        self.window: list[list[float]] = [[] for _ in specs]
+        self.next_log = [0] * len(specs)  # index j of the next grid time T·j/n_log to log
+
+    def key(self, extra: dict) -> str:
+        """What determines the trajectories: settings, runs and every step size (hashed)."""
+        digest = hashlib.sha256(b"".join(s.tobytes() for s in self.step_sizes)).hexdigest()
+        return json.dumps({"specs": [s.__dict__ for s in self.specs], "L": self.L, "seed": self.base_seed,
+                           "batch": self.batch_size, "n_log": self.n_log, "threshold": self.threshold,
+                           "dtype": str(self.dtype), "steps": digest, **extra}, sort_keys=True)
+
+    @property
+    def total_steps(self) -> int:
+        return max(len(s) for s in self.step_sizes)
+
+    def state(self, key: str) -> dict:
+        stack = {n: getattr(self.stack, n).detach().cpu().clone() for n in ("Q", "K", "V", "O")}
+        return {"key": key, "step": self.step, "stack": stack, "status": list(self.status), "rows": self.rows,
+                "window": self.window, "next_log": list(self.next_log)}
+
+    def restore(self, state: dict) -> None:
+        for name, value in state["stack"].items():
+            setattr(self.stack, name, value.to(self.device))
+        self.step, self.status, self.rows = state["step"], state["status"], state["rows"]
+        self.window, self.next_log = state["window"], state["next_log"]
+
+    def active(self, r: int) -> bool:
+        return self.status[r] == "ok" and self.step < len(self.step_sizes[r])
+
+    def _log_due(self, r: int) -> bool:
+        """Whether run r's clock has passed its next grid time (or it has just finished or diverged)."""
+        if self.next_log[r] > self.n_log:
+            return False
+        t = self.clocks[r][min(self.step, len(self.step_sizes[r]))]
+        grid = self.horizon * self.next_log[r] / self.n_log
+        return t >= grid * (1 - 1e-12) or self.step >= len(self.step_sizes[r])
+
+    def log(self, runs: list[int], test_set) -> None:
+        """Append one row per run in ``runs`` (the test loss of all of them in one pass)."""
+        if not runs:
+            return
+        index = torch.tensor(runs, device=self.stack.Q.device)
+        losses = test_losses(self.stack.select(index), test_set)
+        for r, test_loss in zip(runs, losses):
+            k = min(self.step, len(self.step_sizes[r]))
+            train = float(np.mean(self.window[r])) if self.window[r] else float("nan")
+            self.rows[r].append(log_row(self.task, self.stack.run(r), k, float(self.clocks[r][k]), train,
+                                        float(test_loss), self.status[r]))
+            self.window[r] = []
+            t = self.clocks[r][k]
+            while self.next_log[r] <= self.n_log and self.horizon * self.next_log[r] / self.n_log <= t * (1 + 1e-12):
+                self.next_log[r] += 1
+            if k >= len(self.step_sizes[r]) or self.status[r] != "ok":
+                self.next_log[r] = self.n_log + 1  # the run is over: no more rows
+
+    def advance(self, stream: int, runs: list[int]) -> list[int]:
+        """One SGD step of ``runs`` (all on batch stream ``stream``); returns the runs that diverged."""
+        query, prompt, target = batch(self.task, self.base_seed, stream, self.step, self.batch_size, self.L,
+                                      self.dtype, self.device)
+        index = torch.tensor(runs, device=self.stack.Q.device)
+        sub = self.stack.select(index)
+        loss, grads = multirun.loss_and_gradients(sub, query, prompt, target)
+        values = loss.double().cpu().numpy()
+        diverged = []
+        for r, value in zip(runs, values):
+            self.window[r].append(float(value))
+            if not math.isfinite(value) or value > self.threshold:
+                diverged.append(r)
+        lr = torch.tensor([0.0 if r in diverged else self.step_sizes[r][self.step] for r in runs],
+                          dtype=self.dtype, device=index.device)
+        for name in ("Q", "K", "V", "O"):
+            full = getattr(self.stack, name)
+            full[index] = getattr(sub, name) - lr.view(-1, 1, 1) * grads[name]
+        return diverged
+
+    def run(self, test_set, *, checkpoint: Path | None = None, checkpoint_every: int = 0, key_extra: dict | None = None,
+            fatal_divergence: bool = False, progress=None) -> pd.DataFrame:
+        """Train until every run has reached its horizon or diverged; the rows of all runs, in spec order."""
+        key = self.key(key_extra or {})
+        state = load_checkpoint(checkpoint, key)
+        if state is not None:
+            self.restore(state)
+            print(f"resumed all {len(self.specs)} runs from {checkpoint} at step {self.step}")
+        bar = progress(total=self.total_steps, initial=self.step) if progress else None
+        self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
+        while any(self.active(r) for r in range(len(self.specs))):
+            if checkpoint is not None and checkpoint_every and self.step and self.step % checkpoint_every == 0:
+                save_checkpoint(checkpoint, self.state(key))
+            diverged = []
+            for stream in sorted({s.stream for s in self.specs}):
+                runs = [r for r, s in enumerate(self.specs) if s.stream == stream and self.active(r)]
+                diverged += self.advance(stream, runs) if runs else []
+            if diverged:
+                self._diverged(diverged, test_set, fatal_divergence)
+            self.step += 1
+            self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return self.frame()
+
+    def _diverged(self, runs: list[int], test_set, fatal: bool) -> None:
+        """Freeze ``runs`` at the weights whose batch loss blew up, log them there, and go on (or raise)."""
+        messages = [f"{self.specs[r].label} L={self.L}: diverged at step {self.step} (batch loss {self.window[r][-1]:.3g})"
+                    for r in runs]
+        for r in runs:
+            self.status[r] = "diverged"
+        self.log(runs, test_set)
+        print("\n".join(messages))
+        if fatal:
+            raise TrainingDiverged(messages[0] + "; set train.fatal_divergence: false to record it and continue")
+
+    def frame(self) -> pd.DataFrame:
+        frames = []
+        for spec, rows in zip(self.specs, self.rows):
+            f = pd.DataFrame(rows)
+            f.insert(0, "model", spec.model)
+            f.insert(1, "prompt_length", self.L)
+            f.insert(2, "seed", spec.seed)
+            f.insert(3, "stream", spec.stream)
+            frames.append(f)
+        return pd.concat(frames, ignore_index=True)

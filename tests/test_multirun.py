@@ -1,0 +1,57 @@
+"""The stacked-runs engine against autograd through the naive Q/K/V/O model (docs/experiments.md#training-protocol)."""
+import pytest
+import torch
+
+from largeprompt import models, multirun
+from largeprompt.icl import RegressionTask
+from largeprompt.measures import toeplitz_covariance
+from largeprompt.seeding import stream_generator
+
+from tolerance import sum_tolerance
+
+
+def _runs(n, dim, gen):
+    return [models.init_parameters(dim, gen) for _ in range(n)]
+
+
+def _batch(L, B=16):
+    task = RegressionTask(toeplitz_covariance(3, 0.5), 0.5, 0.2)
+    return task.sample(B, L, stream_generator(3, "test/multirun"))
+
+
+@pytest.mark.parametrize("L", [1, 7, 40])
+def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L):
+    query, prompt, target = _batch(L)
+    runs = _runs(4, 4, stream_generator(4, "test/multirun/init"))
+    softmax = [True, False, True, False]
+    stack = multirun.RunStack.from_parameters(runs, softmax)
+    loss, grads = multirun.loss_and_gradients(stack, query, prompt, target)
+    for r, (params, soft) in enumerate(zip(runs, softmax)):
+        leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+        want = models.mse(models.predict_naive(leaves, query, prompt, "softmax" if soft else "linear"), target)
+        auto = torch.autograd.grad(want, list(leaves.values()))
+        # every entry is a sum over B·L products of O(1) factors, accumulated in float64
+        tol = sum_tolerance(16 * L * 4, 1.0, torch.float64) * max(1.0, float(want))
+        assert abs(float(loss[r]) - float(want)) <= tol
+        for name, g in zip(leaves, auto):
+            assert torch.allclose(grads[name][r], g, rtol=0, atol=tol), (name, soft)
+
+
+def test_a_zero_step_freezes_a_run_and_the_others_move():
+    query, prompt, target = _batch(10)
+    runs = _runs(2, 4, stream_generator(5, "test/multirun/init"))
+    stack = multirun.RunStack.from_parameters(runs, [True, True])
+    before = stack.Q.clone()
+    _, grads = multirun.loss_and_gradients(stack, query, prompt, target)
+    multirun.sgd_step(stack, grads, torch.tensor([0.0, 0.1], dtype=torch.float64))
+    assert torch.equal(stack.Q[0], before[0]) and not torch.equal(stack.Q[1], before[1])
+
+
+def test_stacked_prediction_equals_single_run_prediction():
+    query, prompt, _ = _batch(12)
+    runs = _runs(3, 4, stream_generator(6, "test/multirun/init"))
+    stack = multirun.RunStack.from_parameters(runs, [True, False, True])
+    got = multirun.predict(stack, query, prompt)  # [R, B]
+    for r, model in enumerate(["softmax", "linear", "softmax"]):
+        want = models.predict(runs[r], query, prompt, model)
+        assert torch.allclose(got[r], want, rtol=0, atol=sum_tolerance(12 * 4, 1.0, torch.float64))

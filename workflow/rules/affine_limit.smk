@@ -1,0 +1,22 @@
+# R1: finite-prompt attention along a query ray against the exact infinite-prompt limit, for three
+# token measures (docs/experiments.md#affine_limit).
+
+
+rule simulate_affine_limit:
+    input:
+        queries=results("data/queries.parquet"),
+        code=code("simulate_affine_limit.py"),
+    output:
+        result=results("affine_limit/affine_limit.parquet"),
+    params:
+        **cfg("seed", "dtype", "affine_limit"),
+    log:
+        logs("affine_limit/simulate_affine_limit.log"),
+    threads: config["threads_per_job"]
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    conda:
+        ENV
+    script:
+        "../scripts/simulate_affine_limit.py"

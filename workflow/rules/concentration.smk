@@ -1,0 +1,91 @@
+# R2, R3 over random queries: how fast finite-prompt outputs and gradients approach the limit, one
+# job per (token measure, tilt strength c), then the fitted rates
+# (docs/experiments.md#output_concentration, docs/theory.md#random-query-rate).
+
+
+def error_jobs():
+    return expand(
+        results("concentration/errors/{measure}/c{c}.parquet"),
+        measure=config["bounds"]["measures"],
+        c=[f"{float(c):g}" for c in config["bounds"]["c_values"]],
+    )
+
+
+rule simulate_errors:
+    input:
+        code=code("simulate_errors.py"),
+    output:
+        result=results("concentration/errors/{measure}/c{c}.parquet"),
+    params:
+        measure=lambda wildcards: wildcards.measure,
+        c=lambda wildcards: float(wildcards.c),
+        **cfg(
+            "seed",
+            "dtype",
+            "bounds.dim",
+            "bounds.log2_min_prompt_length",
+            "bounds.log2_max_prompt_length",
+            "bounds.points_per_octave",
+            "bounds.n_repetitions",
+            "bounds.repetition_block",
+            "bounds.chunk_size",
+        ),
+    wildcard_constraints:
+        measure="gaussian|rademacher|uniform",
+        c=r"[0-9.eE+-]+",
+    log:
+        logs("concentration/simulate_errors/{measure}_c{c}.log"),
+    threads: config["threads_per_job"]
+    resources:
+        mem_mb=1500,
+        runtime=60,
+    conda:
+        ENV
+    script:
+        "../scripts/simulate_errors.py"
+
+
+rule collect_errors:
+    input:
+        jobs=error_jobs(),
+        code=code("collect_errors.py"),
+    output:
+        output_errors=results("concentration/output_errors.parquet"),
+        gradient_errors=results("concentration/gradient_errors.parquet"),
+    log:
+        logs("concentration/collect_errors.log"),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        ENV
+    script:
+        "../scripts/collect_errors.py"
+
+
+rule estimate_rates:
+    input:
+        output_errors=results("concentration/output_errors.parquet"),
+        gradient_errors=results("concentration/gradient_errors.parquet"),
+        code=code("estimate_rates.py"),
+    output:
+        rates=results("concentration/rates.parquet"),
+    params:
+        **cfg(
+            "seed",
+            "bounds.dim",
+            "bounds.n_bootstrap",
+            "bounds.ci_level",
+            "bounds.paper_form_min_c",
+        ),
+    log:
+        logs("concentration/estimate_rates.log"),
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=20,
+    conda:
+        ENV
+    script:
+        "../scripts/estimate_rates.py"
