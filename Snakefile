@@ -25,6 +25,6 @@ include: "workflow/rules/figures.smk"
 
 
 rule all:
+    default_target: True
     input:
         expand(figures("{name}.{ext}"), name=FIGURES, ext=["pdf", "png"]),
-    default_target: True

@@ -1,4 +1,4 @@
-"""Config validation: every invalid value is named with its allowed range (SPEC §3.3, §5)."""
+"""Config validation: every invalid value is named with its allowed range (docs/experiments.md#configurations)."""
 import copy
 
 import pytest
@@ -50,6 +50,11 @@ def test_shipped_configs_are_valid(overlay):
         (("bounds", "log2_max_prompt_length"), 5, r"'bounds.log2_max_prompt_length' = 5: the L grid needs"),
         (("bounds", "fixed_query", "repetition_block"), 10**6, r"'bounds.fixed_query.repetition_block' = 1000000 exceeds"),
         (("train", "lr"), -0.1, r"'train.lr' = -0.1"),
+        (("train", "replicate_seeds"), [7], r"'train.replicate_seeds' = \[7\] names seeds that are not in"),
+        (("run",), "../elsewhere", r"config key 'run' = \"../elsewhere\".*no '/' or '..'"),
+        (("run",), "a/b", r"config key 'run' = \"a/b\""),
+        (("run",), "a..b", r"config key 'run' = \"a..b\""),
+        (("run",), ".hidden", r"config key 'run' = \".hidden\""),
     ],
 )
 def test_invalid_values_name_the_key_and_range(path, value, expected):
@@ -65,7 +70,11 @@ def test_invalid_values_name_the_key_and_range(path, value, expected):
 def test_unknown_and_missing_keys_are_named():
     config = _default()
     config["affine_limit"]["n_prompt"] = 3  # typo
-    with pytest.raises(ConfigError, match=r"affine_limit.*'n_prompt' was unexpected"):
+    with pytest.raises(ConfigError, match=r"under 'affine_limit': unknown key 'n_prompt' \(did you mean 'n_prompts'\?\)"):
+        check_config(config, SCHEMA)
+    config = _default()
+    config["trian"] = {}  # typo at the top level
+    with pytest.raises(ConfigError, match=r"at the top level: unknown key 'trian' \(did you mean 'train'\?\)"):
         check_config(config, SCHEMA)
     config = _default()
     del config["affine_limit"]["chunk_size"]
@@ -81,4 +90,27 @@ def test_snakemake_refuses_invalid_config_before_any_job(tmp_path):
     assert proc.returncode != 0
     message = proc.stdout + proc.stderr
     assert "'affine_limit.n_prompts' = 1" in message and "[2, 1000000]" in message
-    assert not (work / "results" / "data").exists()
+    assert not (work / "results").exists() or not any((work / "results").rglob("*.parquet"))
+
+
+def test_numbers_in_scientific_notation_are_read_as_numbers():
+    """YAML 1.1 reads `1e-3` as a string; the config reads it as the number people mean."""
+    config = _default()
+    overlay = yaml.safe_load("train:\n  lr: 1e-3\n  divergence_threshold: 1e4\ntransfer:\n  batch_size: 1e3\n")
+    assert isinstance(overlay["train"]["lr"], str)  # the YAML 1.1 behaviour this guards against
+    for section, values in overlay.items():
+        config[section].update(values)
+    check_config(config, SCHEMA)
+    assert config["train"]["lr"] == 0.001 and config["transfer"]["batch_size"] == 1000
+    assert isinstance(config["transfer"]["batch_size"], int)
+    config["train"]["lr"] = "fast"
+    with pytest.raises(ConfigError, match=r"'train.lr' = \"fast\""):
+        check_config(config, SCHEMA)
+
+
+def test_snakemake_accepts_scientific_notation(tmp_path):
+    work = copy_repo(tmp_path / "repo")
+    overlay = work / "config" / "sci.yaml"
+    overlay.write_text("run: sci\ntrain:\n  lr: 1e-1\n")
+    proc = run(snakemake_cmd("-n", "--configfile", str(overlay)), cwd=work)  # raises if the schema refused it
+    assert "results/sci/train/L10.parquet" in proc.stdout + proc.stderr

@@ -18,23 +18,25 @@ import pyarrow.parquet as pq
 
 METADATA_KEY = b"largeprompt"
 
-# Which rule makes which file, for error messages about missing inputs.
+# Which rule makes which file (results/<run>/…), for the one-line message about a missing or corrupt input.
 PRODUCERS = (
-    (r"results/data/queries\.parquet$", "make_queries"),
-    (r"results/data/icl_test\.parquet$", "make_icl_test_set"),
-    (r"results/data/bayes_risk\.parquet$", "bayes_risk"),
-    (r"results/train/summary\.parquet$", "summarize_training"),
-    (r"results/train/", "train"),
-    (r"results/infinite/full_model_seed\d+\.parquet$", "full_model_flow"),
-    (r"results/infinite/balanced_flow\.parquet$", "balanced_flow"),
-    (r"results/infinite/reduced_model\.parquet$", "reduced_model"),
-    (r"results/infinite/trajectory_gap\.parquet$", "trajectory_gap"),
-    (r"results/bounds/affine_limit\.parquet$", "simulate_affine_limit"),
-    (r"results/bounds/errors/", "simulate_errors"),
-    (r"results/bounds/(output|gradient)_errors\.parquet$", "collect_errors"),
-    (r"results/bounds/rates\.parquet$", "estimate_rates"),
-    (r"results/bounds/fixed_query_bounds\.parquet$", "simulate_fixed_query_bounds"),
+    (r"data/queries\.parquet$", "make_queries"),
+    (r"data/icl_test\.parquet$", "make_icl_test_set"),
+    (r"data/bayes_risk\.parquet$", "bayes_risk"),
+    (r"summary/training_.*\.parquet$", "summarize_training"),
+    (r"train/L\d+\.parquet$", "train"),
+    (r"transfer/L\d+\.parquet$", "train_transfer"),
+    (r"infinite/full_model_seed\d+\.parquet$", "full_model_flow"),
+    (r"infinite/balanced_flow\.parquet$", "balanced_flow"),
+    (r"infinite/reduced_model\.parquet$", "reduced_model"),
+    (r"infinite/trajectory_(gaps|slopes)\.parquet$", "trajectory_gap"),
+    (r"affine_limit/affine_limit\.parquet$", "simulate_affine_limit"),
+    (r"concentration/errors/", "simulate_errors"),
+    (r"concentration/(output|gradient)_errors\.parquet$", "collect_errors"),
+    (r"concentration/rates\.parquet$", "estimate_rates"),
+    (r"bounds/fixed_query_bounds\.parquet$", "simulate_fixed_query_bounds"),
 )
+RESULT_PATH = re.compile(r"(?:^|/)results/(?P<run>[^/]+)/(?P<rest>.+)$")
 
 
 class ResultFileError(RuntimeError):
@@ -42,11 +44,42 @@ class ResultFileError(RuntimeError):
 
 
 def producing_rule(path: str | os.PathLike) -> str | None:
-    p = Path(path).as_posix()
+    """The rule that writes ``path`` (a file under results/<run>/), or None."""
+    match = RESULT_PATH.search(Path(path).as_posix())
+    if match is None:
+        return None
     for pattern, rule in PRODUCERS:
-        if re.search(pattern, p):
+        if re.search(pattern, match["rest"]):
             return rule
     return None
+
+
+def rebuild_command(path: str | os.PathLike) -> str:
+    """The Snakemake command that rebuilds ``path`` (and what depends on it is then rerun by Snakemake)."""
+    p = Path(path).as_posix()
+    match = RESULT_PATH.search(p)
+    target = p[match.start():].lstrip("/") if match else p
+    run = match["run"] if match else "default"
+    overlay = "" if run == "default" else f" --configfile {_overlay_of(run)}"
+    return f"snakemake --cores 2 --force {target}{overlay}"
+
+
+def _overlay_of(run: str) -> str:
+    """config/<file>.yaml whose ``run`` key is ``run`` (looked up in ./config), or a placeholder."""
+    for candidate in sorted(Path("config").glob("*.yaml")):
+        try:
+            if re.search(rf"^run:\s*['\"]?{re.escape(run)}['\"]?\s*(#.*)?$", candidate.read_text(), re.M):
+                return candidate.as_posix()
+        except OSError:
+            continue
+    return f"<the config file with run: {run}>"
+
+
+def _problem(path: Path, what: str) -> str:
+    """One line: the file, what is wrong, the rule that makes it and the command that rebuilds it."""
+    rule = producing_rule(path)
+    made_by = f"made by rule '{rule}'; " if rule else ""
+    return f"{path}: {what}; {made_by}rebuild it with: {rebuild_command(path)}"
 
 
 def _json_default(obj):
@@ -87,21 +120,15 @@ def write_parquet(frame: pd.DataFrame, path: str | os.PathLike, provenance: dict
     return path
 
 
-def _missing_message(path: Path) -> str:
-    rule = producing_rule(path)
-    hint = f" It is made by rule '{rule}': run `snakemake --cores 2 {path.as_posix()}`." if rule else ""
-    return f"{path}: no such result file.{hint}"
-
-
 def read_provenance(path: str | os.PathLike) -> dict:
     """The provenance dict stored in ``path``'s schema metadata."""
     path = Path(path)
     if not path.exists():
-        raise ResultFileError(_missing_message(path))
+        raise ResultFileError(_problem(path, "no such result file"))
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as exc:
-        raise ResultFileError(f"{path}: not a readable Parquet file ({exc}). Delete it and rerun its rule.") from exc
+        raise ResultFileError(_problem(path, f"not a readable Parquet file ({exc})")) from exc
     raw = (schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise ResultFileError(f"{path}: no largeprompt provenance in its schema metadata; it was not written by this pipeline.")
@@ -112,10 +139,8 @@ def read_parquet(path: str | os.PathLike, columns=None) -> pd.DataFrame:
     """Read a result, with an error that names the file and the rule that makes it."""
     path = Path(path)
     if not path.exists():
-        raise ResultFileError(_missing_message(path))
+        raise ResultFileError(_problem(path, "no such result file"))
     try:
         return pq.read_table(path, columns=columns).to_pandas()
     except (pa.ArrowException, OSError) as exc:
-        rule = producing_rule(path)
-        hint = f" Delete it and rerun rule '{rule}'." if rule else " Delete it and rerun its rule."
-        raise ResultFileError(f"{path}: not a readable Parquet file ({exc}).{hint}") from exc
+        raise ResultFileError(_problem(path, f"not a readable Parquet file ({exc})")) from exc

@@ -8,15 +8,15 @@ rule simulate_affine_limit:
         code=code("simulate_affine_limit.py"),
     output:
         result=results("affine_limit/affine_limit.parquet"),
-    params:
-        **cfg("seed", "dtype", "affine_limit"),
     log:
         logs("affine_limit/simulate_affine_limit.log"),
+    conda:
+        ENV
     threads: config["threads_per_job"]
     resources:
         mem_mb=2000,
         runtime=30,
-    conda:
-        ENV
+    params:
+        **cfg("seed", "dtype", "affine_limit"),
     script:
         "../scripts/simulate_affine_limit.py"

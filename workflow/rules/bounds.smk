@@ -7,15 +7,21 @@ rule simulate_fixed_query_bounds:
         code=code("simulate_fixed_query_bounds.py"),
     output:
         result=results("bounds/fixed_query_bounds.parquet"),
-    params:
-        **cfg("seed", "dtype", "bounds.chunk_size", "bounds.ci_level", "bounds.fixed_query"),
     log:
         logs("bounds/simulate_fixed_query_bounds.log"),
+    conda:
+        ENV
     threads: config["threads_per_job"]
     resources:
         mem_mb=1500,
         runtime=60,
-    conda:
-        ENV
+    params:
+        **cfg(
+            "seed",
+            "dtype",
+            "bounds.chunk_size",
+            "bounds.ci_level",
+            "bounds.fixed_query",
+        ),
     script:
         "../scripts/simulate_fixed_query_bounds.py"

@@ -43,13 +43,17 @@ def cfg(*keys):
 
 def code(script):
     """The library modules behind a workflow script: inputs, so editing one reruns its stages."""
-    return library_sources(os.path.join(workflow.basedir, "workflow", "scripts", script))
+    return library_sources(
+        os.path.join(workflow.basedir, "workflow", "scripts", script)
+    )
 
 
 def training_runtime(prompt_length):
     """Cluster time limit (minutes) of one R6 training job, from the estimated step count."""
     t = config["train"]
-    steps = estimated_steps(t["step_size_rule"], t["lr"], t["horizon"], t["stability_fraction"])
+    steps = estimated_steps(
+        t["step_size_rule"], t["lr"], t["horizon"], t["stability_fraction"]
+    )
     n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
@@ -57,13 +61,60 @@ def training_runtime(prompt_length):
 def transfer_runtime(prompt_length):
     t = config["transfer"]
     n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
-    steps = estimated_steps("constant", t["lr"], t["horizon"]) * max(1, t["batch_size"] // 128)
+    steps = estimated_steps("constant", t["lr"], t["horizon"]) * max(
+        1, t["batch_size"] // 128
+    )
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
 
 def longest_prompt():
     """The test set's prompt length: the longest L trained (R6 or R4); shorter L read prefixes."""
     return max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
+
+
+# Config keys of the in-context task and of the R6 runs: what a training or flow job depends on.
+ICL_TASK = ("icl.dim", "icl.covariance_rho", "icl.task_variance", "icl.noise_variance")
+TRAIN_RUNS = tuple(
+    f"train.{k}"
+    for k in (
+        "models",
+        "seeds",
+        "replicate_seeds",
+        "batch_size",
+        "lr",
+        "step_size_rule",
+        "stability_fraction",
+        "horizon",
+        "n_log",
+        "divergence_threshold",
+        "fatal_divergence",
+        "dtype",
+    )
+)
+
+
+def full_model_flows():
+    return expand(
+        results("infinite/full_model_seed{seed}.parquet"), seed=config["train"]["seeds"]
+    )
+
+
+def training_trajectories():
+    return expand(results("train/L{L}.parquet"), L=config["train"]["prompt_lengths"])
+
+
+def transfer_trajectories():
+    return expand(
+        results("transfer/L{L}.parquet"), L=config["transfer"]["prompt_lengths"]
+    )
+
+
+def error_jobs():
+    return expand(
+        results("concentration/errors/{measure}/c{c}.parquet"),
+        measure=config["bounds"]["measures"],
+        c=[f"{float(c):g}" for c in config["bounds"]["c_values"]],
+    )
 
 
 FIGURES = [

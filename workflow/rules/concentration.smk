@@ -3,22 +3,23 @@
 # (docs/experiments.md#output_concentration, docs/theory.md#random-query-rate).
 
 
-def error_jobs():
-    return expand(
-        results("concentration/errors/{measure}/c{c}.parquet"),
-        measure=config["bounds"]["measures"],
-        c=[f"{float(c):g}" for c in config["bounds"]["c_values"]],
-    )
-
-
 rule simulate_errors:
     input:
         code=code("simulate_errors.py"),
     output:
         result=results("concentration/errors/{measure}/c{c}.parquet"),
+    log:
+        logs("concentration/simulate_errors/{measure}_c{c}.log"),
+    wildcard_constraints:
+        measure="gaussian|rademacher|uniform",
+        c=r"[0-9.eE+-]+",
+    conda:
+        ENV
+    threads: config["threads_per_job"]
+    resources:
+        mem_mb=1500,
+        runtime=60,
     params:
-        measure=lambda wildcards: wildcards.measure,
-        c=lambda wildcards: float(wildcards.c),
         **cfg(
             "seed",
             "dtype",
@@ -30,17 +31,8 @@ rule simulate_errors:
             "bounds.repetition_block",
             "bounds.chunk_size",
         ),
-    wildcard_constraints:
-        measure="gaussian|rademacher|uniform",
-        c=r"[0-9.eE+-]+",
-    log:
-        logs("concentration/simulate_errors/{measure}_c{c}.log"),
-    threads: config["threads_per_job"]
-    resources:
-        mem_mb=1500,
-        runtime=60,
-    conda:
-        ENV
+        measure=lambda wildcards: wildcards.measure,
+        c=lambda wildcards: float(wildcards.c),
     script:
         "../scripts/simulate_errors.py"
 
@@ -54,12 +46,12 @@ rule collect_errors:
         gradient_errors=results("concentration/gradient_errors.parquet"),
     log:
         logs("concentration/collect_errors.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        ENV
     script:
         "../scripts/collect_errors.py"
 
@@ -71,6 +63,14 @@ rule estimate_rates:
         code=code("estimate_rates.py"),
     output:
         rates=results("concentration/rates.parquet"),
+    log:
+        logs("concentration/estimate_rates.log"),
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=20,
     params:
         **cfg(
             "seed",
@@ -79,13 +79,5 @@ rule estimate_rates:
             "bounds.ci_level",
             "bounds.paper_form_min_c",
         ),
-    log:
-        logs("concentration/estimate_rates.log"),
-    threads: 1
-    resources:
-        mem_mb=3000,
-        runtime=20,
-    conda:
-        ENV
     script:
         "../scripts/estimate_rates.py"

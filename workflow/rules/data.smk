@@ -7,16 +7,16 @@ rule make_queries:
         code=code("make_queries.py"),
     output:
         queries=results("data/queries.parquet"),
-    params:
-        **cfg("affine_limit.ray"),
     log:
         logs("data/make_queries.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
+    params:
+        **cfg("affine_limit.ray"),
     script:
         "../scripts/make_queries.py"
 
@@ -27,17 +27,17 @@ rule make_icl_test_set:
         code=code("make_icl_test_set.py"),
     output:
         test_set=results("data/icl_test.parquet"),
-    params:
-        max_prompt_length=longest_prompt(),
-        **cfg("seed", "icl"),
     log:
         logs("data/make_icl_test_set.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
+    params:
+        **cfg("seed", "icl"),
+        max_prompt_length=longest_prompt(),
     script:
         "../scripts/make_icl_test_set.py"
 
@@ -48,15 +48,15 @@ rule bayes_risk:
         code=code("bayes_risk.py"),
     output:
         bayes_risk=results("data/bayes_risk.parquet"),
-    params:
-        **cfg("icl", "train.prompt_lengths"),
     log:
         logs("data/bayes_risk.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
+    params:
+        **cfg("icl", "train.prompt_lengths"),
     script:
         "../scripts/bayes_risk.py"

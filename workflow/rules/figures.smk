@@ -15,12 +15,12 @@ rule plot_affine_limit:
         ),
     log:
         logs("figures/affine_limit.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_affine_limit.py"
 
@@ -38,12 +38,12 @@ rule plot_output_concentration:
         ),
     log:
         logs("figures/output_concentration.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_output_concentration.py"
 
@@ -61,12 +61,12 @@ rule plot_gradient_concentration:
         ),
     log:
         logs("figures/gradient_concentration.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_gradient_concentration.py"
 
@@ -84,12 +84,12 @@ rule plot_rate_exponent:
         ),
     log:
         logs("figures/rate_exponent.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_rate_exponent.py"
 
@@ -107,12 +107,12 @@ rule plot_fixed_query_bound:
         ),
     log:
         logs("figures/fixed_query_bound.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_fixed_query_bound.py"
 
@@ -130,20 +130,20 @@ rule plot_balanced_flow:
         ),
     log:
         logs("figures/balanced_flow.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_balanced_flow.py"
 
 
 rule plot_training_vs_prompt_length:
     input:
-        runs=results("train/summary.parquet"),
-        summary=results("train/prompt_length_summary.parquet"),
+        runs=results("summary/training_runs.parquet"),
+        summary=results("summary/training_prompt_lengths.parquet"),
         bayes_risk=results("data/bayes_risk.parquet"),
         code=code("plot_training_vs_prompt_length.py"),
     output:
@@ -155,12 +155,12 @@ rule plot_training_vs_prompt_length:
         ),
     log:
         logs("figures/training_vs_prompt_length.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_training_vs_prompt_length.py"
 
@@ -181,11 +181,11 @@ rule plot_trajectory_transfer:
         ),
     log:
         logs("figures/trajectory_transfer.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/plot_trajectory_transfer.py"

@@ -7,8 +7,17 @@ rule full_model_flow:
         code=code("full_model_flow.py"),
     output:
         flow=results("infinite/full_model_seed{seed}.parquet"),
+    log:
+        logs("infinite/full_model_seed{seed}.log"),
+    wildcard_constraints:
+        seed=r"\d+",
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=20,
     params:
-        run_seed=lambda w: int(w.seed),
         **cfg(
             "seed",
             *ICL_TASK,
@@ -17,16 +26,7 @@ rule full_model_flow:
             "infinite.atol",
             "infinite.flow_points",
         ),
-    log:
-        logs("infinite/full_model_seed{seed}.log"),
-    wildcard_constraints:
-        seed=r"\d+",
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=20,
-    conda:
-        ENV
+        run_seed=lambda w: int(w.seed),
     script:
         "../scripts/full_model_flow.py"
 
@@ -36,6 +36,14 @@ rule balanced_flow:
         code=code("balanced_flow.py"),
     output:
         flow=results("infinite/balanced_flow.parquet"),
+    log:
+        logs("infinite/balanced_flow.log"),
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
     params:
         **cfg(
             "icl.dim",
@@ -44,14 +52,6 @@ rule balanced_flow:
             "infinite.atol",
             "infinite.balanced_flow",
         ),
-    log:
-        logs("infinite/balanced_flow.log"),
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    conda:
-        ENV
     script:
         "../scripts/balanced_flow.py"
 
@@ -61,16 +61,16 @@ rule reduced_model:
         code=code("reduced_model.py"),
     output:
         result=results("infinite/reduced_model.parquet"),
-    params:
-        **cfg("seed", "infinite.reduced_model"),
     log:
         logs("infinite/reduced_model.log"),
+    conda:
+        ENV
     threads: config["threads_per_job"]
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        **cfg("seed", "infinite.reduced_model"),
     script:
         "../scripts/reduced_model.py"
 
@@ -85,6 +85,14 @@ rule trajectory_gap:
     output:
         gaps=results("infinite/trajectory_gaps.parquet"),
         slopes=results("infinite/trajectory_slopes.parquet"),
+    log:
+        logs("infinite/trajectory_gap.log"),
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         **cfg(
             "seed",
@@ -94,13 +102,5 @@ rule trajectory_gap:
             "transfer.floor_factor",
             "transfer.lr",
         ),
-    log:
-        logs("infinite/trajectory_gap.log"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        ENV
     script:
         "../scripts/trajectory_gap.py"

@@ -2,37 +2,6 @@
 # trains every (model, seed) run at that L; the checkpoint lives outside the declared outputs, so it
 # survives a killed (incomplete) job and the rerun resumes from it.
 
-ICL_TASK = ("icl.dim", "icl.covariance_rho", "icl.task_variance", "icl.noise_variance")
-TRAIN_RUNS = tuple(
-    f"train.{k}"
-    for k in (
-        "models",
-        "seeds",
-        "replicate_seeds",
-        "batch_size",
-        "lr",
-        "step_size_rule",
-        "stability_fraction",
-        "horizon",
-        "n_log",
-        "divergence_threshold",
-        "fatal_divergence",
-        "dtype",
-    )
-)
-
-
-def full_model_flows():
-    return expand(results("infinite/full_model_seed{seed}.parquet"), seed=config["train"]["seeds"])
-
-
-def training_trajectories():
-    return expand(results("train/L{L}.parquet"), L=config["train"]["prompt_lengths"])
-
-
-def transfer_trajectories():
-    return expand(results("transfer/L{L}.parquet"), L=config["transfer"]["prompt_lengths"])
-
 
 rule train:
     input:
@@ -41,20 +10,20 @@ rule train:
         code=code("train.py"),
     output:
         trajectories=results("train/L{L}.parquet"),
-    params:
-        prompt_length=lambda w: int(w.L),
-        checkpoint=lambda w: results(f"checkpoints/train/L{w.L}.pt"),
-        **cfg("seed", *ICL_TASK, *TRAIN_RUNS),
     log:
         logs("train/L{L}.log"),
     wildcard_constraints:
         L=r"\d+",
+    conda:
+        ENV
     threads: config["threads_per_job"]
     resources:
         mem_mb=2000,
         runtime=lambda w: training_runtime(int(w.L)),
-    conda:
-        ENV
+    params:
+        **cfg("seed", *ICL_TASK, *TRAIN_RUNS),
+        prompt_length=lambda w: int(w.L),
+        checkpoint=lambda w: results(f"checkpoints/train/L{w.L}.pt"),
     script:
         "../scripts/train.py"
 
@@ -67,18 +36,18 @@ rule summarize_training:
         bayes_risk=results("data/bayes_risk.parquet"),
         code=code("summarize_training.py"),
     output:
-        runs=results("train/summary.parquet"),
-        prompt_lengths=results("train/prompt_length_summary.parquet"),
-    params:
-        **cfg(*ICL_TASK, "train.trapped_readout_fraction", "train.convergence_window"),
+        runs=results("summary/training_runs.parquet"),
+        prompt_lengths=results("summary/training_prompt_lengths.parquet"),
     log:
         logs("train/summarize_training.log"),
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=5,
-    conda:
-        ENV
+    params:
+        **cfg(*ICL_TASK, "train.trapped_readout_fraction", "train.convergence_window"),
     script:
         "../scripts/summarize_training.py"
 
@@ -91,9 +60,17 @@ rule train_transfer:
         code=code("train_transfer.py"),
     output:
         trajectories=results("transfer/L{L}.parquet"),
+    log:
+        logs("transfer/L{L}.log"),
+    wildcard_constraints:
+        L=r"\d+",
+    conda:
+        ENV
+    threads: config["threads_per_job"]
+    resources:
+        mem_mb=2000,
+        runtime=lambda w: transfer_runtime(int(w.L)),
     params:
-        prompt_length=lambda w: int(w.L),
-        checkpoint=lambda w: results(f"checkpoints/transfer/L{w.L}.pt"),
         **cfg(
             "seed",
             *ICL_TASK,
@@ -105,15 +82,7 @@ rule train_transfer:
             "transfer.horizon",
             "transfer.n_log",
         ),
-    log:
-        logs("transfer/L{L}.log"),
-    wildcard_constraints:
-        L=r"\d+",
-    threads: config["threads_per_job"]
-    resources:
-        mem_mb=2000,
-        runtime=lambda w: transfer_runtime(int(w.L)),
-    conda:
-        ENV
+        prompt_length=lambda w: int(w.L),
+        checkpoint=lambda w: results(f"checkpoints/transfer/L{w.L}.pt"),
     script:
         "../scripts/train_transfer.py"

@@ -1,6 +1,6 @@
 """Figure `training_vs_prompt_length` (R6, docs/experiments.md#training_vs_prompt_length): final test MSE
 against L for softmax and linear attention, the theory over it, trapped runs and escape times. Draws only:
-every number comes from results/<run>/train/*summary.parquet and data/bayes_risk.parquet."""
+every number comes from results/<run>/summary/training_*.parquet and data/bayes_risk.parquet."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt

@@ -125,7 +125,7 @@ def theory_columns(L: int, bayes: pd.Series, theory: dict) -> dict:
 
 
 def summarize_training(inputs, outputs, params, rule="summarize_training"):
-    """Write results/<run>/train/summary.parquet (one row per run) and prompt_length_summary.parquet."""
+    """Write results/<run>/summary/training_runs.parquet (one row per run) and training_prompt_lengths.parquet."""
     cfg = settings_from(SummarySettings, params["train"], "train")
     icl = params["icl"]
     task = regression_task(icl)
