@@ -1,23 +1,30 @@
-"""Device-agnostic compute stages (issue: `device: auto | cpu | cuda`).
+"""Device-agnostic compute stages (config key `device: auto | cpu | cuda`, read at run time).
 
 With torch's default device set to ``meta``, any tensor a stage creates without naming its device
 lands on ``meta`` and the computation fails when it meets the stage's real tensors. So running a
-stage with ``device="cpu"`` under a ``meta`` default proves that every tensor follows the configured
-device, which is what moves a sweep to a GPU without code changes.
+stage with ``Runtime(device="cpu")`` under a ``meta`` default proves that every tensor follows the
+configured device, which is what moves a sweep to a GPU without code changes.
 """
 import contextlib
+import importlib
+import inspect
 import re
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from largeprompt.runlog import resolve_device
-from largeprompt.stages import affine_limit, bounds, data, icl_data, train
-
 from conftest import REPO
+from largeprompt.devices import dtype_of, resolve_device
+from largeprompt.parquet_io import write_parquet
+from largeprompt.pipeline import Runtime
+from largeprompt.runlog import runtime_settings
+from largeprompt.stages import affine_limit, concentration, data, fixed_query_bounds, icl_data, train
 
-COMPUTE_RULES = ("simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train")
+COMPUTE_RULES = ("simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train", "train_transfer")
+CPU = Runtime(device="cpu")
 
 
 @contextlib.contextmanager
@@ -29,63 +36,108 @@ def default_device(device):
         torch.set_default_device(None)
 
 
-def test_resolve_device():
+def test_resolve_device_and_dtype():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="config key 'device'"):
             resolve_device("cuda")
+    with pytest.raises(ValueError, match="config key 'device' = 'tpu'"):
+        resolve_device("tpu")
+    assert dtype_of("float32") == torch.float32 and dtype_of("float64") == torch.float64
+    with pytest.raises(ValueError, match="config key 'dtype'"):
+        dtype_of("float16")
 
 
-def test_every_compute_rule_receives_the_device_key():
+def rule_body(rule):
     text = "".join(p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk"))
-    for rule in COMPUTE_RULES:
-        body = re.search(rf"^rule {rule}:\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M).group(1)
-        params = body.split("params:", 1)[1].split("log:", 1)[0]
-        assert re.search(r"device=cfg\(\"device\"\)|device=config\[\"device\"\]", params), rule
+    return re.search(rf"^rule {rule}:\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M).group(1)
+
+
+@pytest.mark.parametrize("rule", COMPUTE_RULES)
+def test_every_compute_rule_hands_its_stage_the_runtime_device(rule):
+    """The device is a run-time key: never a param (changing it reruns nothing), always passed as ``runtime``."""
+    body = rule_body(rule)
+    params = body.split("params:", 1)[1].split("log:", 1)[0]
+    assert "device" not in params, rule
+    script = re.search(r'script:\s*"\.\./scripts/(\w+\.py)"', body).group(1)
+    source = (REPO / "workflow" / "scripts" / script).read_text()
+    module, name = re.search(r"from (largeprompt\.stages\.\w+) import (\w+)", source).groups()
+    assert f"run_stage(snakemake, {name})" in source
+    assert "runtime" in inspect.signature(getattr(importlib.import_module(module), name)).parameters
+
+
+def test_runtime_settings_read_the_device_from_the_config():
+    smk = SimpleNamespace(config={"device": "cpu", "train": {"checkpoint_every": 7}}, threads=3)
+    assert runtime_settings(smk) == Runtime(device="cpu", threads=3, checkpoint_every=7)
+    assert runtime_settings(SimpleNamespace(config={}, threads=1)) == Runtime()
+
+
+ICL = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
+RUNS = {"models": ["softmax", "linear"], "seeds": [0], "replicate_seeds": [0], "batch_size": 4, "lr": 0.1, "horizon": 0.6,
+        "n_log": 3}
+
+
+def _training_stages(tmp_path, out):
+    icl_data.make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"},
+                               {"seed": 1, "icl": dict(ICL, n_test=8), "max_prompt_length": 12})
+    times = np.linspace(0.0, 0.6, 4)
+    write_parquet(pd.DataFrame({"seed": 0, "time": times, "sharpness": 1.0 + 10 * times}), tmp_path / "flow0.parquet",
+                  {"rule": "full_model_flow"})
+    section = dict(RUNS, step_size_rule="flow_sharpness", stability_fraction=0.8, decay_start=0.5, decay_end=0.7,
+                   final_lr=0.05, divergence_threshold=1e4, fatal_divergence=False, dtype="float32")
+    train.train({"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "flow0.parquet"]},
+                {"trajectories": tmp_path / "r.parquet"},
+                {"prompt_length": 12, "checkpoint": str(tmp_path / "ckpt.pt"), "seed": 1, "icl": ICL, "train": section},
+                runtime=Runtime(device="cpu", checkpoint_every=2))
+    out["train"] = pd.read_parquet(tmp_path / "r.parquet")
+    train.train_transfer({"test_set": tmp_path / "t.parquet"}, {"trajectories": tmp_path / "x.parquet"},
+                         {"prompt_length": 12, "checkpoint": str(tmp_path / "ckpt_x.pt"), "seed": 1, "icl": ICL,
+                          "transfer": RUNS}, runtime=CPU)
+    out["train_transfer"] = pd.read_parquet(tmp_path / "x.parquet")
 
 
 def _run_stages(tmp_path):
-    """Each compute stage at a tiny size; returns its output frames."""
+    """Each compute stage at a tiny size, with the nested params its rule passes; returns its output frames."""
     out = {}
-    data.make_queries({}, {"queries": tmp_path / "q.parquet"}, {"ray": {"direction": [1.0, 0.5], "t_max": 1.0, "n_points": 3}})
+    data.make_queries({}, {"queries": tmp_path / "q.parquet"},
+                      {"affine_limit": {"ray": {"direction": [1.0, 0.5], "t_max": 1.0, "n_points": 3}}})
     affine_limit.simulate_affine_limit(
         {"queries": tmp_path / "q.parquet"}, {"result": tmp_path / "a.parquet"},
-        dict(seed=1, dtype="float64", device="cpu", measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0],
-             gaussian_rho=0.5, attention_scale=1.0, prompt_lengths=[10, 100], n_prompts=3, chunk_size=32),
+        {"seed": 1, "dtype": "float64", "affine_limit": dict(
+            measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0], gaussian_rho=0.5,
+            attention_scale=1.0, prompt_lengths=[10, 100], n_prompts=3, chunk_size=32)},
+        runtime=CPU,
     )
     out["affine_limit"] = pd.read_parquet(tmp_path / "a.parquet")
-    bounds.simulate_errors(
+    concentration.simulate_errors(
         {}, {"result": tmp_path / "e.parquet"},
-        dict(seed=1, dtype="float64", device="cpu", measure="uniform", c=0.5, dim=2, log2_min_prompt_length=3,
-             log2_max_prompt_length=7, points_per_octave=1, n_repetitions=20, repetition_block=10, chunk_size=32),
+        {"seed": 1, "dtype": "float64", "measure": "uniform", "c": 0.5, "bounds": dict(
+            dim=2, log2_min_prompt_length=3, log2_max_prompt_length=7, points_per_octave=1, n_repetitions=20,
+            repetition_block=10, chunk_size=32)},
+        runtime=CPU,
     )
     out["errors"] = pd.read_parquet(tmp_path / "e.parquet")
-    bounds.simulate_fixed_query_bounds(
+    fixed_query_bounds.simulate_fixed_query_bounds(
         {}, {"result": tmp_path / "f.parquet"},
-        dict(seed=1, dtype="float64", device="cpu", dim=2, rho=0.5, kappas=[0.25], log2_min_prompt_length=3,
-             log2_max_prompt_length=6, n_repetitions=40, repetition_block=20, chunk_size=16, deltas=[0.1],
-             ci_level=0.95, n_f2_draws=200),
+        {"seed": 1, "dtype": "float64", "bounds": {"chunk_size": 16, "ci_level": 0.95, "fixed_query": dict(
+            dim=2, rho=0.5, kappas=[0.25], log2_min_prompt_length=3, log2_max_prompt_length=6, n_repetitions=40,
+            repetition_block=20, deltas=[0.1], n_f2_draws=200)}},
+        runtime=CPU,
     )
     out["fixed_query"] = pd.read_parquet(tmp_path / "f.parquet")
-    icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1, "n_test": 8}
-    icl_data.make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"}, {"seed": 1, "icl": icl, "max_prompt_length": 12})
-    run = {"steps": 6, "batch_size": 4, "lr": 0.1, "log_every": 3, "checkpoint_every": 3, "divergence_threshold": 1e4,
-           "fatal_divergence": False, "dtype": "float32"}
-    train.train(
-        {"test_set": tmp_path / "t.parquet"}, {"trajectory": tmp_path / "r.parquet"},
-        {"model": "softmax", "prompt_length": 12, "run_seed": 0, "seed": 1, "icl": icl, "train": run, "device": "cpu",
-         "checkpoint": str(tmp_path / "ckpt.pt")},
-    )
-    out["train"] = pd.read_parquet(tmp_path / "r.parquet")
+    _training_stages(tmp_path, out)
     return out
 
 
+@pytest.mark.slow
 def test_compute_stages_put_every_tensor_on_the_configured_device(tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "meta").mkdir()
     reference = _run_stages(tmp_path / "plain")
     with default_device("meta"):
         strict = _run_stages(tmp_path / "meta")
+    assert set(reference) == {"affine_limit", "errors", "fixed_query", "train", "train_transfer"}
     for name, frame in reference.items():
+        assert len(frame), name
         pd.testing.assert_frame_equal(strict[name], frame, check_exact=True, obj=name)

@@ -1,94 +1,279 @@
-"""Stages 1–3 of the in-context regression pipeline, called by hand (SPEC §3.1): data, training, flows."""
+"""Stages of the in-context regression pipeline called by hand with the nested params the rules pass
+(workflow/rules/data.smk, infinite.smk, train.smk): test set, reference risks, flows, training, summaries, R4 gaps.
+"""
+import math
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from largeprompt.icl import optimal_linear_attention_risk, regression_task
 from largeprompt.parquet_io import read_parquet, read_provenance
-from largeprompt.stages import icl_data, infinite, train
+from largeprompt.pipeline import Runtime
+from largeprompt.stages import icl_data, infinite, train, training_summary, trajectory_gap
+from largeprompt.training import initial_parameters
+from tolerance import assert_within, eps, mc_tolerance, ode_tolerance
 
-ICL = {"dim": 5, "covariance_rho": 0.5, "task_variance": 0.2, "noise_variance": 0.1, "n_test": 40}
-TRAIN = {"steps": 20, "batch_size": 8, "lr": 0.2, "log_every": 5, "checkpoint_every": 10,
-         "divergence_threshold": 1e4, "fatal_divergence": False, "dtype": "float32"}
+SEED = 7
+ICL = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1, "n_test": 400}
+ICL_TASK = {k: ICL[k] for k in ("dim", "covariance_rho", "task_variance", "noise_variance")}  # what train.smk passes
+TRAIN = {"models": ["softmax", "linear"], "prompt_lengths": [5, 30], "seeds": [0, 1], "replicate_seeds": [1],
+         "batch_size": 8, "lr": 0.25, "step_size_rule": "flow_sharpness", "stability_fraction": 0.8, "horizon": 2.0,
+         "decay_start": 0.5, "decay_end": 0.7, "final_lr": 0.1, "n_log": 4, "divergence_threshold": 1e4,
+         "fatal_divergence": False, "dtype": "float32",
+         "trapped_readout_fraction": 0.1, "convergence_window": 0.2}
+TRAIN_RUNS = ("models", "seeds", "replicate_seeds", "batch_size", "lr", "step_size_rule", "stability_fraction",
+              "horizon", "decay_start", "decay_end", "final_lr", "n_log", "divergence_threshold", "fatal_divergence",
+              "dtype")
+TRANSFER = {"models": ["softmax", "linear"], "prompt_lengths": [10, 30], "seeds": [1], "replicate_seeds": [1],
+            "batch_size": 16, "lr": 0.05, "horizon": 0.5, "n_log": 5, "floor_factor": 3}
+INFINITE = {"rtol": 1e-8, "atol": 1e-10, "flow_points": 9}
+REDUCED = {"dim": 2, "noise_variance": 0.25, "v0": 2.0, "a0": 0.1, "lr": 0.05, "steps": 4, "batch_size": 16,
+           "log_every": 2, "prompt_lengths": [10, 40], "seeds": [0, 1]}
+RUNTIME = Runtime(device="cpu", checkpoint_every=2)
 
 
-@pytest.fixture
-def data(tmp_path):
-    test_set = tmp_path / "icl_test.parquet"
-    params = {"seed": 7, "icl": ICL, "prompt_lengths": [5, 30]}
-    icl_data.make_icl_test_set({}, {"test_set": test_set}, {"seed": 7, "icl": ICL, "max_prompt_length": 30})
-    icl_data.bayes_risk({"test_set": test_set}, {"bayes_risk": tmp_path / "bayes.parquet"}, params)
-    return tmp_path
+def train_params(L, root):
+    return {"prompt_length": L, "checkpoint": str(root / "checkpoints" / "train" / f"L{L}.pt"), "seed": SEED,
+            "icl": ICL_TASK, "train": {k: TRAIN[k] for k in TRAIN_RUNS}}
 
 
-def test_test_set_is_nested_long_format(data):
-    frame = read_parquet(data / "icl_test.parquet")
-    assert set(frame["token_index"]) == set(range(-1, 30)) and frame["prompt"].nunique() == 40
+def transfer_params(L, root):
+    keep = ("models", "seeds", "replicate_seeds", "batch_size", "lr", "horizon", "n_log")
+    return {"prompt_length": L, "checkpoint": str(root / "checkpoints" / "transfer" / f"L{L}.pt"), "seed": SEED,
+            "icl": ICL_TASK, "transfer": {k: TRANSFER[k] for k in keep}}
+
+
+def run_train(root, L, out):
+    inputs = {"test_set": root / "icl_test.parquet", "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]]}
+    train.train(inputs, {"trajectories": out}, train_params(L, root), runtime=RUNTIME)
+
+
+# The flows' sharpness (torch.func Hessians) imports torch._dynamo once per process: ≈ 5–10 s on a busy core.
+STAGES = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """Every stage once, at a tiny size, as the rules chain them."""
+    root = tmp_path_factory.mktemp("icl")
+    longest = max(TRAIN["prompt_lengths"] + TRANSFER["prompt_lengths"])
+    icl_data.make_icl_test_set({}, {"test_set": root / "icl_test.parquet"},
+                               {"seed": SEED, "icl": ICL, "max_prompt_length": longest})
+    icl_data.bayes_risk({"test_set": root / "icl_test.parquet"}, {"bayes_risk": root / "bayes.parquet"},
+                        {"icl": ICL, "train": {"prompt_lengths": TRAIN["prompt_lengths"]}})
+    for s in TRAIN["seeds"]:
+        infinite.full_model_flow({}, {"flow": root / f"flow{s}.parquet"},
+                                 {"run_seed": s, "seed": SEED, "icl": ICL_TASK, "train": {"horizon": TRAIN["horizon"]},
+                                  "infinite": INFINITE})
+    for L in TRAIN["prompt_lengths"]:
+        run_train(root, L, root / f"train_L{L}.parquet")
+    for L in TRANSFER["prompt_lengths"]:
+        train.train_transfer({"test_set": root / "icl_test.parquet"}, {"trajectories": root / f"transfer_L{L}.parquet"},
+                             transfer_params(L, root), runtime=RUNTIME)
+    infinite.reduced_model({}, {"result": root / "reduced.parquet"}, {"seed": SEED, "infinite": {"reduced_model": REDUCED}})
+    return root
+
+
+@STAGES
+def test_test_set_is_nested_long_format_with_its_tasks(root):
+    frame = read_parquet(root / "icl_test.parquet")
+    n, longest = ICL["n_test"], 30
+    assert set(frame["token_index"]) == set(range(-1, longest)) and frame["prompt"].nunique() == n
     q30, p30, y30 = icl_data.load_test_set(frame)
     q5, p5, y5 = icl_data.load_test_set(frame, 5)
-    assert torch.equal(p30[:, :5], p5) and torch.equal(q5, q30) and torch.equal(y5, y30)
-    assert torch.all(q5[:, -1] == 0)
-    # the stored β generates the labels: y − βᵀx has the noise variance
-    beta = torch.tensor(frame.sort_values(["prompt", "token_index"]).groupby("prompt")[[f"beta{j}" for j in range(5)]].first().to_numpy())
-    resid = p30[..., -1] - (p30[..., :-1] @ beta[:, :, None]).squeeze(-1)
-    assert 0.05 < float(resid.var()) < 0.2
+    assert p30.shape == (n, longest, 3) and p5.shape == (n, 5, 3)
+    assert torch.equal(p30[:, :5], p5) and torch.equal(q5, q30) and torch.equal(y5, y30)  # nested prefixes
+    assert torch.all(q5[:, -1] == 0)  # z_q = (x_q, 0)
+    # the stored β generates the labels: y − βᵀx is the label noise, prompt and query alike
+    beta = torch.tensor(frame.sort_values(["prompt", "token_index"]).groupby("prompt")[["beta0", "beta1"]].first().to_numpy())
+    prompt_noise = p30[..., -1] - (p30[..., :-1] @ beta[:, :, None]).squeeze(-1)  # [N, L]
+    query_noise = y30 - (q30[:, :-1] * beta).sum(-1)  # [N]
+    resid = torch.cat([prompt_noise, query_noise[:, None]], 1)
+    s2 = ICL["noise_variance"]
+    assert_within(float(resid.var()), s2, mc_tolerance(s2 * math.sqrt(2 / (resid.numel() - 1))), "σ²")
+    assert_within(float(beta.var()), ICL["task_variance"],
+                  mc_tolerance(ICL["task_variance"] * math.sqrt(2 / (beta.numel() - 1))), "τ²")
+    assert read_provenance(root / "icl_test.parquet")["base_seed"] == SEED
 
 
-def test_bayes_risk_decreases_to_the_noise(data):
-    bayes = read_parquet(data / "bayes.parquet").sort_values("prompt_length")
-    assert {5, 30} <= set(bayes["prompt_length"])
-    assert bayes["bayes_risk"].iloc[-1] < bayes["bayes_risk"].iloc[0]
-    assert read_provenance(data / "bayes.parquet")["rule"] == "bayes_risk"
+@STAGES
+def test_reference_risks_bayes_decreases_and_the_linear_optimum_matches_its_population_value(root):
+    bayes = read_parquet(root / "bayes.parquet").sort_values("prompt_length")
+    assert set(TRAIN["prompt_lengths"]) <= set(bayes["prompt_length"])
+    assert bayes.loc[bayes["in_training_grid"], "prompt_length"].tolist() == TRAIN["prompt_lengths"]
+    assert bayes["prompt_length"].is_unique and bayes["prompt_length"].min() == 1
+    risk = bayes["bayes_risk"].to_numpy()
+    assert risk[-1] < risk[0] and risk[-1] > ICL["noise_variance"] * 0.5
+    # the test-set Γ* predictor's MSE estimates the population R(Γ*) (same prompts for every L: correlated, z = 5)
+    task = regression_task(ICL)
+    for _, row in bayes.iterrows():
+        L = int(row["prompt_length"])
+        want = optimal_linear_attention_risk(task.covariance.numpy(), ICL["task_variance"], ICL["noise_variance"], L)
+        assert row["optimal_linear_attention_risk"] == want
+        assert_within(row["optimal_linear_attention_test_risk"], want, mc_tolerance(row["optimal_linear_attention_test_risk_se"]),
+                      f"R(Γ*) test vs population at L = {L}")
+        # the Bayes predictor is the best one: not worse than Γ* beyond their Monte Carlo errors
+        assert row["bayes_risk"] <= row["optimal_linear_attention_test_risk"] + mc_tolerance(
+            row["bayes_risk_se"] + row["optimal_linear_attention_test_risk_se"])
+    assert (bayes["bayes_risk_se"] > 0).all() and (bayes["optimal_linear_attention_test_risk_se"] > 0).all()
 
 
-def run_train(data, out, model="softmax", L=5):
-    params = {"model": model, "prompt_length": L, "run_seed": 1, "seed": 7, "icl": ICL, "train": TRAIN,
-              "device": "cpu", "checkpoint": str(data / "ckpt" / f"{model}{L}.pt")}
-    train.train({"test_set": data / "icl_test.parquet"}, {"trajectory": out}, params)
-    return read_parquet(out)
-
-
-def test_train_stage_is_reproducible_and_cleans_its_checkpoint(data):
-    a = run_train(data, data / "a.parquet")
-    b = run_train(data, data / "b.parquet")
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert list(a["step"]) == [0, 5, 10, 15, 20] and a["status"].eq("ok").all()
-    assert {"time", "train_loss", "test_loss", "infinite_prompt_risk", "norm_U", "u_y", "theta_000"} <= set(a.columns)
-    assert not (data / "ckpt" / "softmax5.pt").exists()
-    prov = read_provenance(data / "a.parquet")
-    assert prov["params"]["train"]["lr"] == 0.2 and prov["seed"] == 1
-
-
-def test_summary_and_trajectory_gap(data):
-    runs = [run_train(data, data / f"{m}{L}.parquet", m, L) for m in ("softmax", "linear") for L in (5, 30)]
-    assert all(len(r) for r in runs)
-    paths = [data / f"{m}{L}.parquet" for m in ("softmax", "linear") for L in (5, 30)]
-    train.summarize_training({"runs": paths, "bayes_risk": data / "bayes.parquet"}, {"summary": data / "summary.parquet"}, {})
-    summary = read_parquet(data / "summary.parquet")
-    s = summary[summary["kind"] == "summary"]
-    assert len(s) == 4 and s["n_seeds"].eq(1).all()
-    flow_params = {"run_seed": 1, "seed": 7, "icl": ICL, "train": {k: TRAIN[k] for k in ("steps", "lr", "log_every")},
-                   "infinite": {"rtol": 1e-8, "atol": 1e-10}}
-    infinite.full_model_flow({}, {"flow": data / "flow1.parquet"}, flow_params)
-    flow = read_parquet(data / "flow1.parquet")
-    assert list(flow["step"]) == [0, 5, 10, 15, 20]
+@STAGES
+def test_full_model_flow_is_on_a_uniform_grid_from_the_training_start(root):
+    flow = read_parquet(root / "flow1.parquet")
+    assert np.array_equal(flow["time"].to_numpy(), np.linspace(0.0, TRAIN["horizon"], INFINITE["flow_points"]))
+    assert (flow["sharpness"] > 0).all() and flow["seed"].eq(1).all()
+    assert flow["infinite_prompt_risk"].iloc[-1] < flow["infinite_prompt_risk"].iloc[0]
     theta = [c for c in flow.columns if c.startswith("theta_")]
-    assert flow.loc[0, theta].to_numpy().tolist() == pytest.approx(runs[0].loc[0, theta].to_numpy().tolist(), abs=1e-7)  # same start
-    reduced = {"dim": 3, "noise_variance": 0.25, "v0": 2.0, "a0": 0.1, "lr": 0.05, "steps": 4, "batch_size": 16,
-               "log_every": 2, "prompt_lengths": [10, 40], "seeds": [0, 1]}
-    infinite.reduced_model({}, {"result": data / "reduced.parquet"}, {"seed": 7, "reduced_model": reduced})
-    infinite.trajectory_gap({"runs": paths, "flows": [data / "flow1.parquet"], "reduced": data / "reduced.parquet"},
-                            {"result": data / "gap.parquet"}, {"horizon": 10.0})
-    gap = read_parquet(data / "gap.parquet")
-    fits = gap[gap["kind"] == "fit"]
-    assert set(fits["experiment"]) == {"full_model", "reduced_model"}
-    assert (gap[gap["kind"] == "gap"]["sup_distance"] > 0).all()
+    start = torch.cat([p.reshape(-1) for p in initial_parameters(SEED, 1, 3).values()]).numpy()
+    # θ(0) is read from the solver's dense output at t = 0: within its tolerances of the initial weights
+    scale = float(np.abs(start).max())
+    assert_within(flow.loc[0, theta].to_numpy(float), start, ode_tolerance(INFINITE["rtol"], INFINITE["atol"], scale), "θ∞(0)")
+    run = read_parquet(root / "train_L5.parquet")
+    first = run[(run["seed"] == 1) & (run["step"] == 0)]
+    assert len(first) == 4  # softmax and linear, shared stream and replicate, all from the flow's start
+    # training runs in float32: one rounding of each weight
+    for _, row in first.iterrows():
+        assert_within(row[theta].to_numpy(float), start, eps(torch.float32) * np.abs(start), "θ(0)")
+    prov = read_provenance(root / "flow1.parquet")
+    assert prov["base_seed"] == SEED and prov["run_seeds"] == [1]
 
 
-def test_checkpoint_of_another_task_is_not_reused(data):
-    """A checkpoint left by a killed job is ignored when the config's task has changed since."""
-    from largeprompt.stages.train import run_config
+@STAGES
+def test_train_stage_writes_every_run_and_is_reproducible(root, monkeypatch):
+    frame = read_parquet(root / "train_L30.parquet")
+    columns = ["model", "prompt_length", "seed", "stream", "step", "time", "train_loss", "test_loss",
+               "infinite_prompt_risk", "status", "stability_margin", "u_y", "theta_000"]
+    assert set(columns) <= set(frame.columns)
+    assert len([c for c in frame.columns if c.startswith("theta_")]) == 3 * 9 + 3
+    runs = frame.groupby(["model", "seed", "stream"]).size()
+    assert set(runs.index) == {(m, s, 0) for m in TRAIN["models"] for s in TRAIN["seeds"]} | {
+        (m, 1, 1) for m in TRAIN["models"]}
+    assert frame["prompt_length"].eq(30).all() and frame["status"].eq("ok").all()
+    for _, run in frame.groupby(["model", "seed", "stream"]):
+        assert run["step"].iloc[0] == 0 and run["time"].iloc[-1] == pytest.approx(TRAIN["horizon"], rel=1e-12)
+        assert run["step"].is_monotonic_increasing
+    # flow_sharpness keeps lr·λ within the stability fraction along each run's flow
+    assert (frame["stability_margin"] <= 2 * TRAIN["stability_fraction"] * (1 + 1e-12)).all()
+    assert not (root / "checkpoints" / "train" / "L30.pt").exists()  # spent checkpoints are removed
+    prov = read_provenance(root / "train_L30.parquet")
+    assert prov["base_seed"] == SEED and prov["run_seeds"] == TRAIN["seeds"]
+    assert prov["runtime"]["resolved_device"] == "cpu" and prov["runtime"]["checkpoint_every"] == 2
+    assert prov["params"]["train"]["lr"] == TRAIN["lr"] and prov["params"]["prompt_length"] == 30
+    # a second run of the same job: a checkpoint written on the way, then the same bytes
+    from largeprompt import trainer
 
-    params = {"model": "softmax", "prompt_length": 5, "run_seed": 1, "seed": 7, "icl": ICL, "train": TRAIN}
-    other = dict(params, icl=dict(ICL, noise_variance=ICL["noise_variance"] * 2))
-    assert run_config(params).key() != run_config(other).key()
-    assert run_config(params).key() == run_config(dict(params)).key()
+    saved = []
+    real = trainer.save_checkpoint
+    monkeypatch.setattr(trainer, "save_checkpoint", lambda path, state: saved.append(state["step"]) or real(path, state))
+    run_train(root, 30, root / "again.parquet")
+    assert saved and all(s % 2 == 0 for s in saved)
+    assert not (root / "checkpoints" / "train" / "L30.pt").exists()
+    pd.testing.assert_frame_equal(read_parquet(root / "again.parquet"), frame, check_exact=True)
+    assert (root / "again.parquet").read_bytes() == (root / "train_L30.parquet").read_bytes()
+
+
+@STAGES
+def test_train_transfer_runs_both_streams_at_a_constant_lr(root):
+    frame = read_parquet(root / "transfer_L10.parquet")
+    assert set(frame.groupby(["model", "seed", "stream"]).groups) == {(m, 1, j) for m in TRANSFER["models"] for j in (0, 1)}
+    for _, run in frame.groupby(["model", "stream"]):
+        assert run["step"].iloc[-1] == math.ceil(TRANSFER["horizon"] / TRANSFER["lr"] - 1e-9)  # 10 steps of lr
+        assert np.allclose(run["time"], TRANSFER["lr"] * run["step"], rtol=0, atol=1e-12)
+        assert len(run) == TRANSFER["n_log"] + 1
+    assert frame["stability_margin"].isna().all()  # no flow read: not measured
+    theta = [c for c in frame.columns if c.startswith("theta_")]
+    shared, other = (frame[(frame["model"] == "softmax") & (frame["stream"] == j)] for j in (0, 1))
+    assert np.array_equal(shared[theta].iloc[0].to_numpy(float), other[theta].iloc[0].to_numpy(float))
+    assert not np.array_equal(shared[theta].iloc[-1].to_numpy(float), other[theta].iloc[-1].to_numpy(float))
+    prov = read_provenance(root / "transfer_L10.parquet")
+    assert prov["rule"] == "train_transfer" and prov["run_seeds"] == [1]
+    assert not (root / "checkpoints" / "transfer" / "L10.pt").exists()
+
+
+def summarize(root):
+    inputs = {"trajectories": [root / f"train_L{L}.parquet" for L in TRAIN["prompt_lengths"]],
+              "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]], "bayes_risk": root / "bayes.parquet"}
+    outputs = {"runs": root / "summary.parquet", "prompt_lengths": root / "prompt_length_summary.parquet"}
+    params = {"icl": ICL_TASK, "train": {k: TRAIN[k] for k in ("trapped_readout_fraction", "convergence_window")}}
+    training_summary.summarize_training(inputs, outputs, params)
+    return read_parquet(outputs["runs"]), read_parquet(outputs["prompt_lengths"])
+
+
+@STAGES
+def test_summarize_training_writes_one_row_per_run_and_per_prompt_length(root):
+    runs, table = summarize(root)
+    n_runs = len(TRAIN["models"]) * (len(TRAIN["seeds"]) + len(TRAIN["replicate_seeds"]))
+    assert len(runs) == n_runs * len(TRAIN["prompt_lengths"])
+    assert not runs.duplicated(["model", "prompt_length", "seed", "stream"]).any()
+    assert {"model", "prompt_length", "seed", "stream", "final_test_loss", "status", "excess_risk",
+            "scaled_excess_risk", "escape_time", "stability_margin"} <= set(runs.columns)
+    assert "kind" not in runs.columns and "kind" not in table.columns
+    for col in ("seed", "stream", "step", "prompt_length"):
+        assert pd.api.types.is_integer_dtype(runs[col]), col
+    assert set(runs["status"]) <= {"ok", "trapped", "diverged"}
+    assert len(table) == len(TRAIN["models"]) * len(TRAIN["prompt_lengths"])
+    assert not table.duplicated(["model", "prompt_length"]).any()
+    assert pd.api.types.is_integer_dtype(table["prompt_length"])
+    assert table["n_seeds"].eq(len(TRAIN["seeds"])).all()  # the shared stream only
+    # the final loss is the mean test loss over the last tenth of the horizon, by hand for one run
+    traj = read_parquet(root / "train_L30.parquet")
+    one = traj[(traj["model"] == "linear") & (traj["seed"] == 0) & (traj["stream"] == 0)]
+    tail = one[one["time"] >= 0.9 * one["time"].max()]["test_loss"].mean()
+    got = runs[(runs["model"] == "linear") & (runs["seed"] == 0) & (runs["stream"] == 0) & (runs["prompt_length"] == 30)]
+    assert got["final_test_loss"].item() == tail
+    bayes = read_parquet(root / "bayes.parquet").set_index("prompt_length")
+    assert_within(got["excess_risk"].item(), tail - bayes.loc[30, "bayes_risk"], eps(np.float64) * 2 * tail, "excess")
+
+
+@STAGES
+def test_trajectory_gap_tables(root):
+    inputs = {"trajectories": [root / f"transfer_L{L}.parquet" for L in TRANSFER["prompt_lengths"]],
+              "reduced": root / "reduced.parquet"}
+    outputs = {"gaps": root / "gaps.parquet", "slopes": root / "slopes.parquet"}
+    params = {"seed": SEED, "icl": ICL_TASK, "infinite": {k: INFINITE[k] for k in ("rtol", "atol")},
+              "transfer": {"floor_factor": TRANSFER["floor_factor"], "lr": TRANSFER["lr"]}}
+    trajectory_gap.trajectory_gap(inputs, outputs, params)
+    gaps, slopes = read_parquet(outputs["gaps"]), read_parquet(outputs["slopes"])
+    full = gaps[gaps["experiment"] == "full_model"]
+    assert len(full) == len(TRANSFER["models"]) * len(TRANSFER["prompt_lengths"])  # one row per shared-stream run
+    assert (full["sup_distance"] > 0).all() and (full["noise_floor"] > 0).all()
+    reduced = gaps[gaps["experiment"] == "reduced_model"]
+    assert len(reduced) == len(REDUCED["prompt_lengths"]) * len(REDUCED["seeds"]) and reduced["noise_floor"].isna().all()
+    # the floor is sup_t ‖θ(t) − θ'(t)‖ between the two batch streams, recomputed from the trajectories
+    traj = read_parquet(root / "transfer_L30.parquet")
+    theta = [c for c in traj.columns if c.startswith("theta_")]
+    a, b = (traj[(traj["model"] == "linear") & (traj["stream"] == j)].sort_values("step")[theta].to_numpy() for j in (0, 1))
+    row = full[(full["model"] == "linear") & (full["prompt_length"] == 30)]
+    assert row["noise_floor"].item() == np.linalg.norm(a - b, axis=1).max()
+    assert set(slopes["experiment"]) == {"full_model", "reduced_model"} and slopes["floor_factor"].eq(3).all()
+    assert (slopes["n_points_above_floor"] <= slopes["n_points"]).all()
+    assert read_provenance(outputs["gaps"])["base_seed"] == SEED
+
+
+def synthetic_gaps():
+    """Gaps 0.3·L^(−1/2) at L ≤ 100, ten times their floor; from L = 200 on, 1e-3 at the floor; one diverged run."""
+    L = np.array([10, 20, 50, 100, 200, 500, 1000])
+    gap = 0.3 * L**-0.5
+    sup = np.where(L >= 200, 1e-3, gap)
+    floor = np.where(L >= 200, sup, gap / 10)
+    gaps = pd.DataFrame({"experiment": "full_model", "model": "softmax", "prompt_length": L, "seed": 1,
+                         "sup_distance": sup, "noise_floor": floor, "status": "ok"})
+    gaps.loc[len(gaps)] = ["full_model", "softmax", 2000, 1, 1.0, np.nan, "diverged"]  # never fitted
+    return gaps
+
+
+def test_slopes_use_only_points_above_the_floor():
+    gaps = synthetic_gaps()
+    row = trajectory_gap.slopes(gaps, floor_factor=3.0).iloc[0]
+    assert row["n_points_above_floor"] == 4
+    assert row["fit_min_prompt_length"] == 10 and row["fit_max_prompt_length"] == 100
+    assert_within(row["slope"], -0.5, 1e-12, "slope of an exact power law")
+    everything = trajectory_gap.slopes(gaps, floor_factor=0.0).iloc[0]
+    assert everything["n_points_above_floor"] == 7 and abs(everything["slope"] + 0.5) > 0.1  # the floor bends the fit
+
+
+def test_slopes_count_all_ok_points():
+    assert trajectory_gap.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7

@@ -31,8 +31,8 @@ def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L):
         want = models.mse(models.predict_naive(leaves, query, prompt, "softmax" if soft else "linear"), target)
         auto = torch.autograd.grad(want, list(leaves.values()))
         # every entry is a sum over B·L products of O(1) factors, accumulated in float64
-        tol = sum_tolerance(16 * L * 4, 1.0, torch.float64) * max(1.0, float(want))
-        assert abs(float(loss[r]) - float(want)) <= tol
+        tol = sum_tolerance(16 * L * 4, 1.0, torch.float64) * max(1.0, float(want.detach()))
+        assert abs(float(loss[r]) - float(want.detach())) <= tol
         for name, g in zip(leaves, auto):
             assert torch.allclose(grads[name][r], g, rtol=0, atol=tol), (name, soft)
 

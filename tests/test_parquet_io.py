@@ -8,7 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from largeprompt import parquet_io
+from largeprompt.devices import resolve_device
 from largeprompt.parquet_io import ResultFileError, read_parquet, read_provenance, write_parquet
+from largeprompt.pipeline import Runtime
 from largeprompt.provenance import provenance
 
 
@@ -18,20 +20,32 @@ def _frame():
 
 
 def test_round_trip_with_provenance(tmp_path):
-    prov = provenance("simulate_affine_limit", {"n_prompts": 7, "prompt_lengths": (10, 100)}, seed=42)
+    params = {"affine_limit": {"n_prompts": 7, "prompt_lengths": (10, 100)}, "seed": 42}
+    prov = provenance("simulate_affine_limit", params, base_seed=42, run_seeds=np.array([3, 1]),
+                      runtime=Runtime(device="cpu", threads=2, checkpoint_every=5))
     path = write_parquet(_frame(), tmp_path / "sub" / "x.parquet", prov)
     back = read_parquet(path)
     pd.testing.assert_frame_equal(back, _frame())
     meta = read_provenance(path)
     assert meta["rule"] == "simulate_affine_limit"
-    assert meta["params"] == {"n_prompts": 7, "prompt_lengths": [10, 100]}
-    assert meta["seed"] == 42
+    assert meta["params"] == {"affine_limit": {"n_prompts": 7, "prompt_lengths": [10, 100]}, "seed": 42}
+    # two seed keys with distinct names: the base seed of every stream, and the training seeds of the runs
+    assert meta["base_seed"] == 42 and meta["run_seeds"] == [3, 1] and "seed" not in meta
+    assert meta["runtime"] == {"device": "cpu", "threads": 2, "checkpoint_every": 5, "resolved_device": "cpu"}
     assert {"numpy", "torch", "pyarrow", "python", "largeprompt"} <= set(meta["versions"])
     assert meta["git_commit"]
 
 
+def test_provenance_without_seeds_or_runtime():
+    meta = provenance("collect_errors", {})
+    assert meta["base_seed"] is None and "run_seeds" not in meta and "runtime" not in meta
+    with pytest.raises(TypeError):
+        provenance("r", {}, 1)  # the seeds are keyword-only: a bare number cannot land in the wrong key
+    assert provenance("r", {}, runtime=Runtime(device="auto"))["runtime"]["resolved_device"] == str(resolve_device("auto"))
+
+
 def test_same_data_gives_identical_bytes(tmp_path):
-    prov = provenance("r", {"a": 1}, seed=1)
+    prov = provenance("r", {"a": 1}, base_seed=1)
     a = write_parquet(_frame(), tmp_path / "a.parquet", prov)
     b = write_parquet(_frame(), tmp_path / "b.parquet", prov)
     assert a.read_bytes() == b.read_bytes()
@@ -53,18 +67,23 @@ def test_killed_write_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_missing_file_names_the_rule_that_makes_it(tmp_path):
-    with pytest.raises(ResultFileError, match="make_queries"):
-        read_parquet(tmp_path / "results" / "data" / "queries.parquet")
-    with pytest.raises(ResultFileError, match="no such result file"):
+    missing = tmp_path / "results" / "smoke" / "data" / "queries.parquet"
+    with pytest.raises(ResultFileError, match=r"no such result file; made by rule 'make_queries'; rebuild it with: "
+                                              r"snakemake --cores 2 --force results/smoke/data/queries\.parquet"):
+        read_parquet(missing)
+    with pytest.raises(ResultFileError, match="no such result file") as err:
         read_provenance(tmp_path / "elsewhere.parquet")
+    assert "made by rule" not in str(err.value)  # outside results/<run>/: no producer to name
 
 
 def test_corrupt_and_foreign_files_are_reported(tmp_path):
-    bad = tmp_path / "results" / "bounds" / "affine_limit.parquet"
+    bad = tmp_path / "results" / "default" / "affine_limit" / "affine_limit.parquet"
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not parquet at all")
-    with pytest.raises(ResultFileError, match="simulate_affine_limit"):
+    with pytest.raises(ResultFileError, match="not a readable Parquet file.*made by rule 'simulate_affine_limit'"):
         read_parquet(bad)
+    with pytest.raises(ResultFileError, match="simulate_affine_limit"):
+        read_provenance(bad)
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(__import__("pyarrow").Table.from_pandas(_frame()), foreign)
     with pytest.raises(ResultFileError, match="provenance"):
@@ -76,18 +95,19 @@ def _inspect(*args):
 
 
 def test_inspect_prints_provenance_schema_and_rows(tmp_path):
-    path = write_parquet(_frame(), tmp_path / "x.parquet", provenance("rule_x", {"n_prompts": 123}, seed=9))
+    path = write_parquet(_frame(), tmp_path / "x.parquet", provenance("rule_x", {"n_prompts": 123}, base_seed=9))
     proc = _inspect(str(path), "--rows", "2")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert '"rule": "rule_x"' in out and '"n_prompts": 123' in out and '"seed": 9' in out
+    assert '"rule": "rule_x"' in out and '"n_prompts": 123' in out and '"base_seed": 9' in out
     assert "prompt_length: int64" in out and "error: double" in out
     assert "rows: 3" in out and "first 2 rows" in out
 
 
+@pytest.mark.slow
 def test_inspect_errors_are_clear(tmp_path):
-    proc = _inspect(str(tmp_path / "results/train/softmax/L10/seed0.parquet"))
-    assert proc.returncode == 2 and "no such result file" in proc.stderr and "train" in proc.stderr
+    proc = _inspect(str(tmp_path / "results/default/train/L10.parquet"))
+    assert proc.returncode == 2 and "no such result file" in proc.stderr and "made by rule 'train'" in proc.stderr
     corrupt = tmp_path / "c.parquet"
     corrupt.write_bytes(b"\x00garbage")
     proc = _inspect(str(corrupt))
@@ -96,7 +116,7 @@ def test_inspect_errors_are_clear(tmp_path):
 
 
 def test_every_parquet_output_of_the_workflow_has_a_producing_rule():
-    """parquet_io.PRODUCERS names, for every Parquet path in the rules, the rule that declares it."""
+    """parquet_io.PRODUCERS names, for every Parquet output of the rules (results/<run>/…), the rule that declares it."""
     import re
 
     from conftest import REPO
@@ -105,9 +125,10 @@ def test_every_parquet_output_of_the_workflow_has_a_producing_rule():
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
         text = smk.read_text()
         for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M):
-            outputs = body.split("output:", 1)[1].split("params:" if "params:" in body else "log:", 1)[0] if "output:" in body else ""
-            for path in re.findall(r'"(results/[^"]+\.parquet)"', outputs):
-                concrete = re.sub(r"\{[^}]+\}", "0", path)
+            block = re.search(r"^    output:\n((?:        .*\n|\s*\n)*)", body, flags=re.M)
+            outputs = block.group(1) if block else ""
+            for path in re.findall(r'results\("([^"]+\.parquet)"\)', outputs):
+                concrete = "results/default/" + re.sub(r"\{[^}]+\}", "0", path)
                 assert parquet_io.producing_rule(concrete) == rule, (path, rule)
                 checked += 1
-    assert checked >= 14
+    assert checked >= 18

@@ -33,10 +33,8 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
         (grad,) = torch.autograd.grad(risk(theta), theta)
         return -grad.numpy()
 
-    hessian = torch.func.jacrev(torch.func.jacrev(risk))  # vectorised reverse-over-reverse, not P backward passes
-
-    def jac(_t, y):
-        return -hessian(torch.tensor(y, dtype=torch.float64)).numpy()
+    def jac(_t, y):  # vectorised: one batched backward pass, not P of them (and no torch._dynamo import)
+        return -torch.autograd.functional.hessian(risk, torch.tensor(y, dtype=torch.float64), vectorize=True).numpy()
 
     sol = solve_ivp(rhs, (0.0, float(times[-1])), np.asarray(theta0, dtype=np.float64), method="LSODA",
                     jac=jac, t_eval=times, rtol=rtol, atol=atol)
@@ -70,7 +68,7 @@ def full_model_sharpness(task: RegressionTask, theta) -> float:
         p = models.unflatten(th, dim)
         return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
 
-    hess = torch.func.jacrev(torch.func.jacrev(risk))(torch.as_tensor(theta, dtype=torch.float64))  # [P, P]
+    hess = torch.autograd.functional.hessian(risk, torch.as_tensor(theta, dtype=torch.float64), vectorize=True)  # [P, P]
     return float(torch.linalg.eigvalsh(hess)[-1])
 
 

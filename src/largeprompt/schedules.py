@@ -7,12 +7,16 @@ infinite-prompt flow, so the ``flow_sharpness`` rule takes
     lr_k = min(lr_max, f · 2 / λ̂(t_k)),   λ̂(t) = max of λ over the flow-grid cells that meet [t, t + lr_max],
 
 with f < 1 (``stability_fraction``): every step stays a factor f inside the stability limit of the
-flow it tracks, and the look-ahead covers the growth of λ within one step. The ``constant`` rule is
-the paper's plain SGD, lr_k = lr. Both stop exactly at the horizon T (the last step is shortened).
+flow it tracks, and the look-ahead covers the growth of λ within one step. A decay cap then lowers
+the step geometrically from lr_max at t = a₀T to ``final_lr`` at t = a₁T and holds it there: plain
+SGD with step η sits O(η) above the minimum it hovers around, and the decay removes that bias before
+the last part of the horizon, over which convergence is judged. The ``constant`` rule is the paper's
+plain SGD, lr_k = lr. Both stop exactly at the horizon T (the last step is shortened).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +31,25 @@ def constant_schedule(lr: float, horizon: float) -> np.ndarray:
     return steps
 
 
-def flow_sharpness_schedule(lr_max: float, horizon: float, times, sharpness, stability_fraction: float) -> np.ndarray:
+@dataclass(frozen=True)
+class Decay:
+    """The decay cap: lr_max until start·T, geometric down to final_lr at end·T, then final_lr."""
+
+    start: float = 1.0
+    end: float = 1.0
+    final_lr: float = float("inf")
+
+    def cap(self, t: float, lr_max: float, horizon: float) -> float:
+        a, b = self.start * horizon, self.end * horizon
+        if t <= a or self.final_lr >= lr_max:
+            return lr_max
+        if t >= b:
+            return self.final_lr
+        return lr_max * (self.final_lr / lr_max) ** ((t - a) / (b - a))
+
+
+def flow_sharpness_schedule(lr_max: float, horizon: float, times, sharpness, stability_fraction: float,
+                            decay: Decay = Decay()) -> np.ndarray:
     """The ``flow_sharpness`` rule (module docstring) on a flow sampled at ``times`` [G] with ``sharpness`` [G].
 
     ``times`` must start at 0 and reach the horizon; λ between grid points is bounded by the larger end.
@@ -37,25 +59,28 @@ def flow_sharpness_schedule(lr_max: float, horizon: float, times, sharpness, sta
         raise ValueError(f"the flow grid covers [{times[0]}, {times[-1]}], not the training horizon [0, {horizon}]")
     if not np.all(np.isfinite(sharpness)) or np.any(sharpness <= 0):
         raise ValueError("the flow's sharpness must be finite and positive on its whole grid")
-    out, t = [], 0.0
-    while t < horizon:
+    out, t, end = [], 0.0, horizon * (1 - 1e-12)
+    while t < end:
         first = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
         last = min(int(np.searchsorted(times, min(t + lr_max, horizon), side="left")), len(times) - 1)
         lam = float(sharpness[first : last + 1].max())
-        step = min(lr_max, 2.0 * stability_fraction / lam, horizon - t)
+        step = min(decay.cap(t, lr_max, horizon), 2.0 * stability_fraction / lam)
+        if t + step >= end:  # the last step lands exactly on the horizon (no round-off sliver after it)
+            step = horizon - t
         out.append(step)
         t += step
     return np.asarray(out)
 
 
-def step_sizes(rule: str, lr: float, horizon: float, stability_fraction: float = 1.0, flow=None) -> np.ndarray:
+def step_sizes(rule: str, lr: float, horizon: float, stability_fraction: float = 1.0, flow=None,
+               decay: Decay = Decay()) -> np.ndarray:
     """lr_k for one run: ``flow`` = (times, sharpness) of its own infinite-prompt flow for ``flow_sharpness``."""
     if rule == "constant":
         return constant_schedule(lr, horizon)
     if rule == "flow_sharpness":
         if flow is None:
             raise ValueError("the flow_sharpness rule needs the run's infinite-prompt flow")
-        return flow_sharpness_schedule(lr, horizon, *flow, stability_fraction)
+        return flow_sharpness_schedule(lr, horizon, *flow, stability_fraction, decay)
     raise ValueError(f"config key 'train.step_size_rule' = {rule!r}: allowed {', '.join(RULES)}")
 
 
@@ -66,7 +91,7 @@ def stability_margin(step_sizes: np.ndarray, times, sharpness) -> float:
     return float(np.max(step_sizes * lam))
 
 
-def estimated_steps(rule: str, lr: float, horizon: float, stability_fraction: float = 1.0,
+def estimated_steps(rule: str, lr: float, horizon: float, stability_fraction: float = 1.0, final_lr: float = float("inf"),
                     sharpness_growth: float = 2.0) -> int:
     """An upper estimate of a run's step count before its flow is known (for cluster time limits).
 
@@ -75,4 +100,4 @@ def estimated_steps(rule: str, lr: float, horizon: float, stability_fraction: fl
     """
     if rule == "constant":
         return math.ceil(horizon / lr)
-    return math.ceil(horizon / lr + sharpness_growth * horizon**2 / (4 * stability_fraction))
+    return math.ceil(horizon / min(lr, final_lr) + sharpness_growth * horizon**2 / (4 * stability_fraction))

@@ -74,6 +74,8 @@ class PromptLengthTrainer:
 
     def _log_due(self, r: int) -> bool:
         """Whether run r's clock has passed its next grid time (or it has just finished or diverged)."""
+        if self.step == len(self.step_sizes[r]) and self.status[r] == "ok":
+            return not self.rows[r] or self.rows[r][-1]["step"] != self.step  # the final step is always logged
         if self.next_log[r] > self.n_log:
             return False
         t = self.clocks[r][min(self.step, len(self.step_sizes[r]))]
@@ -113,9 +115,10 @@ class PromptLengthTrainer:
                 diverged.append(r)
         lr = torch.tensor([0.0 if r in diverged else self.step_sizes[r][self.step] for r in runs],
                           dtype=self.dtype, device=index.device)
+        frozen = (lr == 0).view(-1, 1, 1)  # a diverged run keeps the weights at which its loss blew up (0·inf is NaN)
         for name in ("Q", "K", "V", "O"):
-            full = getattr(self.stack, name)
-            full[index] = getattr(sub, name) - lr.view(-1, 1, 1) * grads[name]
+            old = getattr(sub, name)
+            getattr(self.stack, name)[index] = torch.where(frozen, old, old - lr.view(-1, 1, 1) * grads[name])
         return diverged
 
     def run(self, test_set, *, checkpoint: Path | None = None, checkpoint_every: int = 0, key_extra: dict | None = None,
@@ -151,7 +154,10 @@ class PromptLengthTrainer:
                     for r in runs]
         for r in runs:
             self.status[r] = "diverged"
-        self.log(runs, test_set)
+            if self.rows[r] and self.rows[r][-1]["step"] == self.step:  # just logged at this step: relabel that row
+                self.rows[r][-1].update(status="diverged", train_loss=float(np.mean(self.window[r])))
+                self.next_log[r] = self.n_log + 1
+        self.log([r for r in runs if self.next_log[r] <= self.n_log], test_set)
         print("\n".join(messages))
         if fatal:
             raise TrainingDiverged(messages[0] + "; set train.fatal_divergence: false to record it and continue")

@@ -52,7 +52,11 @@ def training_runtime(prompt_length):
     """Cluster time limit (minutes) of one R6 training job, from the estimated step count."""
     t = config["train"]
     steps = estimated_steps(
-        t["step_size_rule"], t["lr"], t["horizon"], t["stability_fraction"]
+        t["step_size_rule"],
+        t["lr"],
+        t["horizon"],
+        t["stability_fraction"],
+        t["final_lr"],
     )
     n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
@@ -85,6 +89,9 @@ TRAIN_RUNS = tuple(
         "step_size_rule",
         "stability_fraction",
         "horizon",
+        "decay_start",
+        "decay_end",
+        "final_lr",
         "n_log",
         "divergence_threshold",
         "fatal_divergence",

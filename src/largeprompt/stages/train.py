@@ -20,7 +20,7 @@ from ..parquet_io import read_parquet, write_parquet
 from ..pipeline import Runtime, settings_from
 from ..provenance import provenance
 from ..runlog import progress
-from ..schedules import stability_margin, step_sizes
+from ..schedules import Decay, stability_margin, step_sizes
 from ..trainer import PromptLengthTrainer
 from ..training import run_specs
 from .icl_data import load_test_set
@@ -38,6 +38,9 @@ class TrainSettings:
     step_size_rule: str
     stability_fraction: float
     horizon: float
+    decay_start: float
+    decay_end: float
+    final_lr: float
     n_log: int
     divergence_threshold: float
     fatal_divergence: bool
@@ -55,7 +58,8 @@ def load_flows(paths) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 def schedules(cfg: TrainSettings, specs, flows) -> list[np.ndarray]:
     """Each run's step sizes; warns (naming the key and the limit) where a constant lr is unstable for a flow."""
-    sizes = [step_sizes(cfg.step_size_rule, cfg.lr, cfg.horizon, cfg.stability_fraction, flows.get(s.seed))
+    decay = Decay(cfg.decay_start, cfg.decay_end, cfg.final_lr)
+    sizes = [step_sizes(cfg.step_size_rule, cfg.lr, cfg.horizon, cfg.stability_fraction, flows.get(s.seed), decay)
              for s in specs]
     for spec, lr in zip(specs, sizes):
         if spec.seed in flows:
@@ -107,6 +111,6 @@ def train(inputs, outputs, params, rule="train", runtime=Runtime()):
 def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=Runtime()):
     """Write results/<run>/transfer/L{L}.parquet: the R4 runs at this L, constant lr."""
     section = dict(params["transfer"], step_size_rule="constant", stability_fraction=1.0, divergence_threshold=1e4,
-                   fatal_divergence=False, dtype="float64")
+                   fatal_divergence=False, dtype="float64", decay_start=1.0, decay_end=1.0, final_lr=params["transfer"]["lr"])
     cfg = settings_from(TrainSettings, section, "transfer")
     fit_prompt_length(cfg, params, inputs, outputs, rule, runtime, load_flows(inputs.get("flows", [])))

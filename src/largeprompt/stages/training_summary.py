@@ -4,7 +4,9 @@ docs/experiments.md#trapped-runs).
 
 A run is ``diverged`` if training stopped on a blown-up batch loss. It is ``trapped`` if its flow escapes
 the initial plateau (R∞ of the flow ends below half its start) while the run ends without a readout of
-y: |u_y(T)| < trapped_readout_fraction · |u_y| of the flow at T. Otherwise it is ``ok``. An escape time is
+y: its readout strength |u_y|·‖U_xx‖ (the size of the map x_q ↦ prediction that carries the prompt's
+labels, docs/experiments.md#trapped-runs) ends below trapped_readout_fraction times the flow's. Otherwise
+it is ``ok``. An escape time is
 the first logged time at which R∞ falls below the midpoint between the flow's start and end risks.
 Means and intervals are over the ``ok`` runs of the shared batch stream; replicate runs (another batch
 stream, same seed) give the SGD-noise part of the spread.
@@ -37,8 +39,13 @@ def flow_reference(flow: pd.DataFrame) -> dict:
     flow = flow.sort_values("time")
     start, end = float(flow["infinite_prompt_risk"].iloc[0]), float(flow["infinite_prompt_risk"].iloc[-1])
     threshold = 0.5 * (start + end)
-    return {"escapes": end < 0.5 * start, "threshold": threshold, "u_y": float(flow["u_y"].iloc[-1]),
-            "escape_time": escape_time(flow, threshold)}
+    return {"escapes": end < 0.5 * start, "threshold": threshold, "readout": readout(flow.iloc[-1]),
+            "u_y": float(flow["u_y"].iloc[-1]), "escape_time": escape_time(flow, threshold)}
+
+
+def readout(row) -> float:
+    """|u_y|·‖U_xx‖: how strongly the prediction reads the prompt's labels (0 on the plateau's saddle)."""
+    return abs(float(row["u_y"])) * float(row["norm_U_xx"])
 
 
 def escape_time(rows: pd.DataFrame, threshold: float) -> float:
@@ -51,16 +58,17 @@ def run_row(run: pd.DataFrame, ref: dict, cfg: SummarySettings) -> dict:
     run = run.sort_values("step")
     last = run.iloc[-1]
     row = {k: last[k] for k in ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin")}
+    row["readout"] = readout(last)
     if (run["status"] == "diverged").any():
         row.update(status="diverged", final_test_loss=float(last["test_loss"]),
                    final_infinite_prompt_risk=float(last["infinite_prompt_risk"]))
     else:
         tail = run[run["time"] >= (1 - FINAL_FRACTION) * last["time"]]
-        trapped = ref["escapes"] and abs(last["u_y"]) < cfg.trapped_readout_fraction * abs(ref["u_y"])
+        trapped = ref["escapes"] and row["readout"] < cfg.trapped_readout_fraction * ref["readout"]
         row.update(status="trapped" if trapped else "ok", final_test_loss=float(tail["test_loss"].mean()),
                    final_infinite_prompt_risk=float(tail["infinite_prompt_risk"].mean()))
     row.update(escape_time=escape_time(run, ref["threshold"]), flow_escape_time=ref["escape_time"],
-               flow_final_u_y=ref["u_y"])
+               flow_readout=ref["readout"])
     return row
 
 

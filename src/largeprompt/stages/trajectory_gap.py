@@ -71,7 +71,9 @@ def slopes(gaps: pd.DataFrame, floor_factor: float) -> pd.DataFrame:
                "fit_min_prompt_length": above["prompt_length"].min() if len(above) else np.nan,
                "fit_max_prompt_length": above["prompt_length"].max() if len(above) else np.nan}
         if above["prompt_length"].nunique() >= 2:
-            row.update(loglog_slope(above["prompt_length"], above["sup_distance"]))
+            fit = loglog_slope(above["prompt_length"], above["sup_distance"])
+            fit.pop("n_points")  # the row already counts every ok point and those above the floor
+            row.update(fit)
         rows.append(row)
         print(f"{experiment} {model}: {row.get('slope', np.nan):.3f} [{row.get('slope_lo', np.nan):.3f}, "
               f"{row.get('slope_hi', np.nan):.3f}] over {len(above)}/{len(g)} points above {floor_factor}× floor")
