@@ -4,9 +4,8 @@ import copy
 import pytest
 import yaml
 
-from largeprompt.config import ConfigError, check_config
-
 from conftest import REPO, copy_repo, run, snakemake_cmd
+from largeprompt.config import ConfigError, check_config
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from tolerance import assert_within, gamma, infinite_prompt_risk_abs, ode_tolerance, rounding_tolerance, sum_tolerance
 
 from largeprompt import models
 from largeprompt.dynamics import (
@@ -26,6 +25,7 @@ from largeprompt.dynamics import (
 from largeprompt.icl import RegressionTask, infinite_prompt_risk
 from largeprompt.measures import toeplitz_covariance
 from largeprompt.seeding import stream_generator
+from tolerance import assert_within, gamma, infinite_prompt_risk_abs, ode_tolerance, rounding_tolerance, sum_tolerance
 
 TIMES = np.linspace(0.0, 1.5, 16)
 RTOL, ATOL = 1e-10, 1e-12  # solve_ivp local tolerances for every flow below; the tests' bounds derive from them

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tolerance import assert_within, gamma, mc_tolerance
 
 from largeprompt.attention import streaming_tilted_moments
 from largeprompt.fluctuations import (
@@ -21,6 +20,7 @@ from largeprompt.measures import make_measure, toeplitz_covariance
 from largeprompt.pipeline import Runtime
 from largeprompt.seeding import stream_generator
 from largeprompt.stages.fixed_query_bounds import simulate_fixed_query_bounds
+from tolerance import assert_within, gamma, mc_tolerance
 
 F64 = torch.float64
 

@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from tolerance import assert_within, attention_tolerance, gamma, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 from largeprompt.attention import finite_prompt_attention, infinite_prompt_attention, tilted_moments
 from largeprompt.gradients import infinite_prompt_jacobians, jacobian_sq_errors, output_jacobians
 from largeprompt.measures import make_measure, toeplitz_covariance
 from largeprompt.seeding import stream_generator
+from tolerance import assert_within, attention_tolerance, gamma, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 F64 = torch.float64
 

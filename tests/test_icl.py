@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from tolerance import assert_within, infinite_prompt_risk_abs, mc_tolerance, rounding_tolerance
 
 from largeprompt.icl import (
     RegressionTask,
@@ -18,6 +17,7 @@ from largeprompt.icl import (
 )
 from largeprompt.measures import toeplitz_covariance
 from largeprompt.seeding import stream_generator
+from tolerance import assert_within, infinite_prompt_risk_abs, mc_tolerance, rounding_tolerance
 
 
 def paper_task():

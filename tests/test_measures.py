@@ -13,16 +13,6 @@ import numpy as np
 import pytest
 import torch
 from scipy import integrate
-from tolerance import (
-    assert_within,
-    eps,
-    gamma,
-    matmul_tolerance,
-    mc_tolerance,
-    quad_tolerance,
-    rounding_tolerance,
-    tilted_moments_tolerance,
-)
 
 from largeprompt.measures import (
     Gaussian,
@@ -33,6 +23,16 @@ from largeprompt.measures import (
     log_sinhc,
     make_measure,
     toeplitz_covariance,
+)
+from tolerance import (
+    assert_within,
+    eps,
+    gamma,
+    matmul_tolerance,
+    mc_tolerance,
+    quad_tolerance,
+    rounding_tolerance,
+    tilted_moments_tolerance,
 )
 
 SERIES_CUTOFF = 1e-2  # |x| below which largeprompt.measures switches to the Taylor series

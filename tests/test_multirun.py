@@ -6,7 +6,6 @@ from largeprompt import models, multirun
 from largeprompt.icl import RegressionTask
 from largeprompt.measures import toeplitz_covariance
 from largeprompt.seeding import stream_generator
-
 from tolerance import sum_tolerance
 
 

@@ -3,11 +3,11 @@ the c ≤ 0.25 exponent from the real stage code (statistical margins)."""
 import numpy as np
 import pandas as pd
 import pytest
-from tolerance import assert_within, gamma
 
 from largeprompt.pipeline import Runtime
 from largeprompt.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
 from largeprompt.stages.concentration import collect_errors, estimate_rates, prompt_length_grid, simulate_errors
+from tolerance import assert_within, gamma
 
 CPU = Runtime(device="cpu")
 SWEEP = dict(dim=2, log2_min_prompt_length=5, log2_max_prompt_length=12, points_per_octave=1, n_repetitions=1000,

@@ -7,7 +7,7 @@ flow share a clock.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -140,7 +140,7 @@ def isotropic_product(p0: float, c: float, d: int, t) -> np.ndarray:
             continue
         goal = target0 + 2.0 * ti
         lo, hi = (p0, 1.0) if p0 < 1 else (1.0, p0)
-        f = lambda p: psi(p) - goal  # noqa: E731  Ψ is monotone between p0 and 1
+        f = lambda p, goal=goal: psi(p) - goal  # noqa: E731  Ψ is monotone between p0 and 1
         eps = 1e-15
         a, b = (lo, hi - eps) if p0 < 1 else (lo + eps, hi)
         if f(a) * f(b) > 0:  # p(t) is within 1e-15 of the limit

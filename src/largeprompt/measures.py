@@ -13,6 +13,7 @@ three functions are all the pipeline needs to know about a measure.
 from __future__ import annotations
 
 import math
+
 import torch
 
 SQRT3 = math.sqrt(3.0)
@@ -110,7 +111,7 @@ class TokenMeasure:
     def covariance(self) -> torch.Tensor:
         return self.cgf_hess(torch.zeros(self.dim, dtype=self.dtype, device=self.device))
 
-    def to(self, device) -> "TokenMeasure":  # pragma: no cover - overridden where state exists
+    def to(self, device) -> TokenMeasure:  # pragma: no cover - overridden where state exists
         return self
 
 
@@ -132,7 +133,7 @@ class Gaussian(TokenMeasure):
         self.cov = s
         self._chol = torch.linalg.cholesky(s)  # raises if S is not positive definite
 
-    def to(self, device) -> "Gaussian":
+    def to(self, device) -> Gaussian:
         return Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
@@ -156,7 +157,7 @@ class Rademacher(TokenMeasure):
         super().__init__(int(dim), dtype=dtype, device=device)
         self.name = "rademacher"
 
-    def to(self, device) -> "Rademacher":
+    def to(self, device) -> Rademacher:
         return Rademacher(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
@@ -183,7 +184,7 @@ class Uniform(TokenMeasure):
         super().__init__(int(dim), dtype=dtype, device=device)
         self.name = "uniform"
 
-    def to(self, device) -> "Uniform":
+    def to(self, device) -> Uniform:
         return Uniform(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):

@@ -36,14 +36,14 @@ class RunStack:
     softmax: torch.Tensor  # [R] bool
 
     @classmethod
-    def from_parameters(cls, runs: list[dict[str, torch.Tensor]], softmax: list[bool]) -> "RunStack":
+    def from_parameters(cls, runs: list[dict[str, torch.Tensor]], softmax: list[bool]) -> RunStack:
         stack = {n: torch.stack([p[n] for p in runs]) for n in models.PARAMETER_NAMES}
         return cls(**stack, softmax=torch.tensor(softmax, dtype=torch.bool, device=stack["Q"].device))
 
     def run(self, r: int) -> dict[str, torch.Tensor]:
         return {n: getattr(self, n)[r] for n in models.PARAMETER_NAMES}
 
-    def select(self, index: torch.Tensor) -> "RunStack":
+    def select(self, index: torch.Tensor) -> RunStack:
         return RunStack(self.Q[index], self.K[index], self.V[index], self.O[index], self.softmax[index])
 
     def attention(self):

@@ -168,3 +168,6 @@ def settings_from(cls, mapping: dict, where: str):
         keys = ", ".join(f"{where}.{n}" if where else n for n in missing)
         raise KeyError(f"{cls.__name__} needs params {keys}; pass them from the rule with cfg(...)")
     return cls(**{n: mapping[n] for n in names})
+
+
+DEFAULT_RUNTIME = Runtime()  # a stage called by hand runs with device auto, one thread, no checkpoints

@@ -9,7 +9,7 @@ import inspect
 import sys
 import time
 import traceback
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from tqdm import tqdm

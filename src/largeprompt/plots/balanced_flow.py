@@ -35,6 +35,7 @@ def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
         ax.set_xlabel(r"time $t$")
     axes[0].legend(title=r"start $b = \|A\|_F = \alpha$", fontsize=8, title_fontsize=8)
     axes[1].legend(fontsize=8, loc="lower right")
-    fig.suptitle(r"R5: gradient flow from balanced starts reaches the Bayes point $b^*$, $A^* = \mathrm{tr}(\Sigma^{-2})^{-1/4}\Sigma^{-1}$", fontsize=11)
+    fig.suptitle(r"R5: gradient flow from balanced starts reaches the Bayes point $b^*$, "
+                 r"$A^* = \mathrm{tr}(\Sigma^{-2})^{-1/4}\Sigma^{-1}$", fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

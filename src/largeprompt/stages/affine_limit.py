@@ -13,11 +13,11 @@ import pandas as pd
 import torch
 
 from ..attention import infinite_prompt_attention, streaming_prompt_attention
+from ..devices import dtype_of, resolve_device
 from ..measures import make_measure, toeplitz_covariance
 from ..parquet_io import read_parquet, write_parquet
+from ..pipeline import DEFAULT_RUNTIME, settings_from
 from ..provenance import provenance
-from ..devices import dtype_of, resolve_device
-from ..pipeline import Runtime, settings_from
 from ..runlog import progress
 from ..seeding import stream_generator
 
@@ -62,7 +62,7 @@ def finite_prompt_outputs(query, measure, U, V, lengths, n_prompts, chunk_size, 
     return finite
 
 
-def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=Runtime()):
+def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=DEFAULT_RUNTIME):
     """Write results/<run>/affine_limit/affine_limit.parquet: one row per (measure, L, prompt, point)."""
     cfg = settings_from(AffineLimitSettings, params["affine_limit"], "affine_limit")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)

@@ -25,7 +25,7 @@ from ..devices import dtype_of, resolve_device
 from ..gradients import jacobian_sq_errors
 from ..measures import make_measure
 from ..parquet_io import read_parquet, write_parquet
-from ..pipeline import Runtime, settings_from
+from ..pipeline import DEFAULT_RUNTIME, settings_from
 from ..provenance import provenance
 from ..runlog import progress
 from ..seeding import stream_generator
@@ -83,7 +83,7 @@ def repetition_block_errors(measure, query, attention_matrix, value_matrix, leng
     return [x.T.cpu().numpy() for x in ((gap * gap).sum(-1), err_u, err_v)] + [kappa.cpu().numpy()]
 
 
-def simulate_errors(inputs, outputs, params, rule="simulate_errors", runtime=Runtime()):
+def simulate_errors(inputs, outputs, params, rule="simulate_errors", runtime=DEFAULT_RUNTIME):
     """One (measure, c) job: rows (L, repetition) with output and gradient squared errors.
 
     Column ``kappa`` is log ρ(a) = K(2a) − 2K(a) of the repetition's query (= aᵀSa for Gaussian tokens):

@@ -20,7 +20,7 @@ from ..fluctuations import (
 )
 from ..measures import make_measure, toeplitz_covariance
 from ..parquet_io import write_parquet
-from ..pipeline import Runtime, settings_from
+from ..pipeline import DEFAULT_RUNTIME, settings_from
 from ..provenance import provenance
 from ..rates import order_statistic_ci
 from ..runlog import progress
@@ -90,7 +90,7 @@ def kappa_rows(kappa, errors, lengths, terms, limit_quantiles, deltas, level) ->
     return rows
 
 
-def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_query_bounds", runtime=Runtime()):
+def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_query_bounds", runtime=DEFAULT_RUNTIME):
     """Write fixed_query_bounds.parquet: per (κ, L, δ) the empirical quantile, the limit law and the bounds."""
     cfg = settings_from(FixedQuerySettings, params["bounds"]["fixed_query"], "bounds.fixed_query")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)

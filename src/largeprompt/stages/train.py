@@ -17,7 +17,7 @@ import numpy as np
 from ..devices import dtype_of, resolve_device
 from ..icl import regression_task
 from ..parquet_io import read_parquet, write_parquet
-from ..pipeline import Runtime, settings_from
+from ..pipeline import DEFAULT_RUNTIME, settings_from
 from ..provenance import provenance
 from ..runlog import progress
 from ..schedules import Decay, stability_margin, step_sizes
@@ -102,13 +102,13 @@ def fit_prompt_length(cfg: TrainSettings, params, inputs, outputs, rule, runtime
     checkpoint.unlink(missing_ok=True)  # the job is complete: its checkpoint is spent
 
 
-def train(inputs, outputs, params, rule="train", runtime=Runtime()):
+def train(inputs, outputs, params, rule="train", runtime=DEFAULT_RUNTIME):
     """Write results/<run>/train/L{L}.parquet: every R6 run at this L (checkpointed at params['checkpoint'])."""
     cfg = settings_from(TrainSettings, params["train"], "train")
     fit_prompt_length(cfg, params, inputs, outputs, rule, runtime, load_flows(inputs["flows"]))
 
 
-def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=Runtime()):
+def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAULT_RUNTIME):
     """Write results/<run>/transfer/L{L}.parquet: the R4 runs at this L, constant lr."""
     section = dict(params["transfer"], step_size_rule="constant", stability_fraction=1.0, divergence_threshold=1e4,
                    fatal_divergence=False, dtype="float64", decay_start=1.0, decay_end=1.0, final_lr=params["transfer"]["lr"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..icl import optimal_linear_attention_risk, regression_task, valley_optimum
+from ..icl import regression_task, valley_optimum
 from ..parquet_io import read_parquet, write_parquet
 from ..pipeline import settings_from
 from ..provenance import provenance
