@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from largeprompt.bench import copy_worktree
@@ -10,6 +11,17 @@ from largeprompt.bench import copy_worktree
 REPO = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_kernel_cache(tmp_path_factory):
+    """Kernel tiles (largeprompt.autotune) are tuned into a temporary XDG_CACHE_HOME, never the user's cache.
+
+    Set in os.environ, so Snakemake jobs and other subprocesses of the tests inherit it.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
+        yield
 
 
 def snakemake_cmd(*args):

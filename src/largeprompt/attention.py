@@ -1,8 +1,8 @@
-"""Single-layer softmax attention over a prompt, finite and infinite (SPEC §1, F1, F5).
+"""Single-layer softmax attention over a prompt, finite and infinite (docs/theory.md#notation, #infinite-prompt-operator, #jacobians).
 
 T_{μ_L}(z_q) = V Σᵢ softmax_i(⟨U z_q, zᵢ⟩) zᵢ = V z̄_p, where z̄_p is the softmax-weighted
 (tilted) mean of the prompt tokens. Everything here reduces to that mean (and, for the
-gradients of F5, the weighted covariance Σ̂_p), accumulated over the prompt in chunks with an
+Jacobians, the weighted covariance Σ̂_p), accumulated over the prompt in chunks with an
 online log-sum-exp, so memory is O(chunk) in the prompt length L.
 
 Shapes: queries ``[*B, *Q, D]`` and a prompt ``[*B, L, D]``: the prompt's batch dims B lead the
@@ -11,125 +11,145 @@ query; ``[..., L, D]`` with the query's own batch shape gives each query its own
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import math
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from .measures import TokenMeasure
 
 DEFAULT_CHUNK_SIZE = 65_536
+LOG2E = 1.0 / math.log(2.0)  # log₂ e
+
+
+def _broadcast_shape(*shapes) -> tuple[int, ...]:
+    """torch.broadcast_shapes without its first-call import of torch.fx (≈ 1.5 s per process)."""
+    return tuple(torch.broadcast_tensors(*(torch.empty(s, device="meta") for s in shapes))[0].shape)
 
 
 class TiltedMoments:
     """Online softmax-weighted first (and optionally second) moments of a stream of tokens.
 
-    For tilt a [..., D] it holds a reference score r (the running max of the first block, raised
-    whenever needed), s1 = Σ e^{sᵢ−r} [zᵢ, 1] (weighted token sum and, last, the normaliser) and, if
-    asked, s2 = Σ e^{sᵢ−r} zᵢ zᵢᵀ. The shift −r rides in the score GEMM as an extra column, so the
-    hot loop is GEMM → in-place exp → GEMM. Weights may exceed 1 (no precision is lost by that);
-    a block whose weights would overflow is redone with a fresh max (log-sum-exp), so scores of
-    ±10⁴ neither overflow nor underflow the normaliser.
+    For tilt a [..., D] it holds a reference score r (the first tile's max, raised whenever needed)
+    and S = Σᵢ wᵢ [zᵢ, 1, zᵢ⊗zᵢ], wᵢ = e^{⟨a, zᵢ⟩ − r}. A tile of tokens is copied into a buffer of
+    rows [z; 1; z⊗z] [n, D + 1 (+ D²), l] (n = prompts), so the hot loop is GEMM (the shift −r rides
+    on the ones row) → in-place exp2 (base-2 scores: the tilt is scaled once by log₂e) → one GEMM
+    accumulating all of S. A block whose weights overflow (checked once per update) is redone tile
+    by tile, rebasing r to the tile max (log-sum-exp), so scores of ±10⁴ neither overflow nor
+    underflow. ``tile_elements`` (scores per tile; default: the machine's choice,
+    :func:`largeprompt.autotune.attention_tile`) changes the results only by round-off.
     """
 
-    # Score tiles of this many elements (8 MiB in float64): large enough that per-tile overhead is
-    # negligible (measured: 1 << 17 is 10% slower at L = 10⁶, 64 queries), small enough to bound memory.
-    TILE_ELEMENTS = 1 << 20
-    # Rebase the reference score before weights get anywhere near overflow.
-    MAX_WEIGHT_SUM = 1e200
+    MAX_WEIGHT_SUM = 1e200  # rebase the reference score before weights get anywhere near overflow
+    MIN_TILE_TOKENS = 256
 
-    def __init__(self, tilt: torch.Tensor, second_moment: bool = False):
+    def __init__(self, tilt: torch.Tensor, second_moment: bool = False, tile_elements: int | None = None):
         self.tilt = tilt  # [..., D]
         self.second_moment = second_moment
-        self.reference = None  # r [*B, q]
-        self.first = None  # s1 [*B, q, D + 1]
-        self.second = None  # s2 [*B, q, D, D]
+        self.tile_elements = tile_elements
+        self.reference = None  # r / ln 2 [n, q]
+        self.sums = None  # S [n, q, D + 1 (+ D²)]
         self.count = 0
-        self._flat_tilt = None  # [*B, q, D]
-        self._shifted_tilt = None  # [*B, q, D + 1] = [a, −r]
-        self._batch = None
-        self._out_batch = None
+        self._flat_tilt = self._shifted_tilt = None  # log₂e · a [n, q, D]; [log₂e · a, −r / ln 2] [n, q, D + 1]
+        self._batch = self._out_batch = None
+        self._buffer = None  # (rows [z; 1] [n, D + 1, W], all rows transposed [n, W, D + 1 (+ D²)]) of one buffer
 
     def _prepare(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Lay the tilt out as [*B, q, D] for a prompt [*B, l, D]; returns the prompt expanded to B.
+        """Lay the tilt out as [n, q, D] for a prompt [*B, l, D] (n = prod B); returns the prompt as [n, l, D].
 
         The prompt's batch dims B lead the tilt's batch dims; the remaining tilt dims (q of them,
         flattened) are queries sharing that prompt. B = () is one prompt shared by all queries.
         """
-        nb = tokens.ndim - 2
+        nb, dim = tokens.ndim - 2, tokens.shape[-1]
         if self._flat_tilt is None:
-            a, dim = self.tilt, self.tilt.shape[-1]
+            a = self.tilt
             if a.ndim - 1 < nb:
                 a = a.expand(*tokens.shape[:nb], dim)
-            batch = torch.broadcast_shapes(tuple(a.shape[:nb]), tuple(tokens.shape[:nb]))
-            queries = tuple(a.shape[nb:-1])
-            self._batch = batch
-            self._out_batch = (*batch, *queries)
-            self._flat_tilt = a.expand(*batch, *queries, dim).reshape(*batch, -1, dim)  # [*B, q, D]
-        return tokens.expand(*self._batch, *tokens.shape[-2:])
+            batch, queries = _broadcast_shape(a.shape[:nb], tokens.shape[:nb]), tuple(a.shape[nb:-1])
+            self._batch, self._out_batch = batch, (*batch, *queries)
+            self._flat_tilt = a.expand(*batch, *queries, dim).reshape(math.prod(batch), -1, dim) * LOG2E
+        if self.tile_elements is None:
+            from .autotune import attention_tile
+
+            n, q = self._flat_tilt.shape[:2]
+            self.tile_elements = attention_tile(q, n, dim, self.second_moment, tokens.dtype, tokens.device)
+        return tokens.expand(*self._batch, *tokens.shape[-2:]).reshape(-1, *tokens.shape[-2:])
 
     def update(self, tokens: torch.Tensor) -> None:
         """Absorb a block of prompt tokens [*B, l, D]."""
         if tokens.shape[-2] == 0:
             return
         tokens = self._prepare(tokens)
-        ones = torch.ones(*tokens.shape[:-1], 1, dtype=tokens.dtype, device=tokens.device)
-        augmented = torch.cat([tokens, ones], dim=-1)  # [*B, l, D + 1]
-        n_scores = max(1, self._flat_tilt[..., 0].numel())
-        tile = max(256, self.TILE_ELEMENTS // n_scores)
-        for start in range(0, tokens.shape[-2], tile):
-            self._update_tile(augmented[..., start : start + tile, :])
-        self.count += tokens.shape[-2]
+        tile = max(self.MIN_TILE_TOKENS, int(self.tile_elements) // max(1, self._flat_tilt[..., 0].numel()))
+        length, first = tokens.shape[1], 0
+        if self.reference is None:  # the first tile sets the reference score
+            self._rebased_tile(*self._load(tokens[:, :tile]))
+            first = tile
+        saved = self.sums.clone()
+        for start in range(first, length, tile):  # unchecked: S += e^{s − r} [z, 1, z⊗z]
+            head, rows = self._load(tokens[:, start : start + tile])
+            self.sums.baddbmm_(self._weights(head), rows)
+        # weights are ≥ 0, so inf or NaN anywhere in the block shows in their sum (NaN < x is False)
+        if not float(self.sums[..., tokens.shape[-1]].sum()) < self.MAX_WEIGHT_SUM:
+            self.sums = saved
+            for start in range(first, length, tile):
+                self._checked_tile(*self._load(tokens[:, start : start + tile]))
+        self.count += length
 
-    def _update_tile(self, augmented: torch.Tensor) -> None:
-        tokens = augmented[..., :-1]  # [*B, l, D]
-        if self.reference is not None:
-            if self._shifted_tilt is None:
-                self._shifted_tilt = torch.cat([self._flat_tilt, -self.reference.unsqueeze(-1)], dim=-1)  # [*B, q, D + 1]
-            weights = (self._shifted_tilt @ augmented.mT).exp_()  # e^{sᵢ − r}, [*B, q, l]
-            block = weights @ augmented  # [*B, q, D + 1]
-            # inf or NaN anywhere in the tile shows in its weight sum (NaN < x is False)
-            if bool((block[..., -1] < self.MAX_WEIGHT_SUM).all()):
-                self._accumulate(block, weights, tokens)
-                return
-        # first tile, or weights too large: recompute with the tile max (log-sum-exp rebase)
-        scores = self._flat_tilt @ tokens.mT  # [*B, q, l]
+    def _load(self, tokens: torch.Tensor):
+        """Copy a tile [n, l, D] into the buffer as rows [z; 1; z⊗z]; returns ([z; 1] [n, D + 1, l], rows [n, l, R])."""
+        length, dim = tokens.shape[1:]
+        if self._buffer is None or self._buffer[0].shape[-1] < length:
+            rows = dim + 1 + (dim * dim if self.second_moment else 0)
+            buffer = torch.ones(tokens.shape[0], rows, length, dtype=tokens.dtype, device=tokens.device)
+            self._buffer = (buffer[:, : dim + 1], buffer.mT)
+        head, rows = self._buffer
+        if length < head.shape[-1]:
+            head, rows = head[..., :length], rows[:, :length]
+        z = head[:, :dim].copy_(tokens.mT)
+        if self.second_moment:
+            torch.mul(z.unsqueeze(1), z.unsqueeze(2), out=rows.mT[:, dim + 1 :].unflatten(1, (dim, dim)))
+        return head, rows
+
+    def _weights(self, head: torch.Tensor) -> torch.Tensor:
+        """e^{sᵢ − r} = 2^{(sᵢ − r)/ln 2} [n, q, l] for the tile [z; 1] [n, D + 1, l]."""
+        if self._shifted_tilt is None:
+            self._shifted_tilt = torch.cat([self._flat_tilt, -self.reference.unsqueeze(-1)], dim=-1)
+        return torch.bmm(self._shifted_tilt, head).exp2_()
+
+    def _checked_tile(self, head: torch.Tensor, rows: torch.Tensor) -> None:
+        block = torch.bmm(self._weights(head), rows)  # [n, q, R]
+        if float(block[..., head.shape[1] - 1].sum()) < self.MAX_WEIGHT_SUM:
+            self.sums += block
+        else:
+            self._rebased_tile(head, rows)
+
+    def _rebased_tile(self, head: torch.Tensor, rows: torch.Tensor) -> None:
+        """Absorb a tile with the reference raised to its max: weights ≤ 1, earlier sums scaled down."""
+        scores = torch.bmm(self._flat_tilt, head[:, :-1])  # sᵢ / ln 2, [n, q, l]
         tile_max = scores.amax(-1)
         new_reference = tile_max if self.reference is None else torch.maximum(self.reference, tile_max)
         if self.reference is not None:
-            rescale = torch.exp(self.reference - new_reference)  # ≤ 1
-            self.first = self.first * rescale.unsqueeze(-1)
-            if self.second_moment:
-                self.second = self.second * rescale[..., None, None]
-        self.reference = new_reference
-        self._shifted_tilt = None
-        weights = scores.sub_(new_reference.unsqueeze(-1)).exp_()  # each ≤ 1
-        self._accumulate(weights @ augmented, weights, tokens)
-
-    def _accumulate(self, block: torch.Tensor, weights: torch.Tensor, tokens: torch.Tensor) -> None:
-        self.first = block if self.first is None else self.first + block
-        if self.second_moment:
-            block_second = torch.einsum("...ql,...li,...lj->...qij", weights, tokens, tokens)
-            self.second = block_second if self.second is None else self.second + block_second
-
-    def _weight_sum(self) -> torch.Tensor:
-        return self.first[..., -1]
+            self.sums *= torch.exp2(self.reference - new_reference).unsqueeze(-1)  # ≤ 1
+        self.reference, self._shifted_tilt = new_reference, None
+        block = torch.bmm(scores.sub_(new_reference.unsqueeze(-1)).exp2_(), rows)
+        self.sums = block if self.sums is None else self.sums + block
 
     def mean(self) -> torch.Tensor:
         """Softmax-weighted token mean z̄_p [..., D]."""
         if self.count == 0:
             raise ValueError("no tokens absorbed yet: a prompt needs prompt_length ≥ 1")
-        mean = self.first[..., :-1] / self.first[..., -1:]
-        return mean.reshape(*self._out_batch, mean.shape[-1])
+        dim = self._flat_tilt.shape[-1]
+        return (self.sums[..., :dim] / self.sums[..., dim : dim + 1]).reshape(*self._out_batch, dim)
 
     def covariance(self) -> torch.Tensor:
-        """Softmax-weighted token covariance Σ̂_p [..., D, D] (SPEC F5)."""
+        """Softmax-weighted token covariance Σ̂_p [..., D, D] (docs/theory.md#jacobians)."""
         if not self.second_moment:
             raise ValueError("TiltedMoments was built with second_moment=False")
-        dim = self.first.shape[-1] - 1
+        dim = self._flat_tilt.shape[-1]
         mean = self.mean()
-        second = (self.second / self._weight_sum()[..., None, None]).reshape(*self._out_batch, dim, dim)
+        second = (self.sums[..., dim + 1 :] / self.sums[..., dim : dim + 1]).reshape(*self._out_batch, dim, dim)
         return second - mean.unsqueeze(-1) * mean.unsqueeze(-2)
-
 
 
 def _validate_prefixes(prefix_lengths: Sequence[int] | None, prompt_length: int) -> list[int]:
@@ -137,15 +157,12 @@ def _validate_prefixes(prefix_lengths: Sequence[int] | None, prompt_length: int)
         return [prompt_length]
     prefixes = sorted(int(p) for p in prefix_lengths)
     if not prefixes or prefixes[0] < 1 or prefixes[-1] > prompt_length or len(set(prefixes)) != len(prefixes):
-        raise ValueError(
-            f"prefix_lengths must be distinct integers in [1, prompt_length={prompt_length}]; got {list(prefix_lengths)}"
-        )
+        raise ValueError(f"prefix_lengths must be distinct integers in [1, prompt_length={prompt_length}]; "
+                         f"got {list(prefix_lengths)}")
     return prefixes
 
 
-def _absorb_with_prefixes(
-    acc: TiltedMoments, chunks: Iterator[torch.Tensor], prefixes: list[int], second_moment: bool
-):
+def _absorb_with_prefixes(acc: TiltedMoments, chunks: Iterator[torch.Tensor], prefixes: list[int], second_moment: bool):
     """Feed chunks into ``acc`` and snapshot the moments whenever a prefix length is reached."""
     means, covs = [], []
     pending = iter(prefixes)
@@ -175,13 +192,8 @@ def _token_chunks(tokens: torch.Tensor, chunk_size: int) -> Iterator[torch.Tenso
         yield tokens[..., start : start + chunk_size, :]
 
 
-def prompt_chunks(
-    measure: TokenMeasure,
-    prompt_length: int,
-    generator: torch.Generator | None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    batch_shape: Sequence[int] = (),
-) -> Iterator[torch.Tensor]:
+def prompt_chunks(measure: TokenMeasure, prompt_length: int, generator: torch.Generator | None,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE, batch_shape: Sequence[int] = ()) -> Iterator[torch.Tensor]:
     """Draw a prompt of i.i.d. tokens from ``measure`` block by block: yields [*batch_shape, ≤chunk, D].
 
     The prompt of length L is the first L tokens of any longer prompt drawn from the same
@@ -191,20 +203,12 @@ def prompt_chunks(
         raise ValueError(f"chunk_size must be ≥ 1; got {chunk_size}")
     batch_shape = tuple(batch_shape)
     for start in range(0, prompt_length, chunk_size):
-        n = min(chunk_size, prompt_length - start)
-        tokens = measure.sample((*batch_shape, n), generator)
-        yield tokens
+        yield measure.sample((*batch_shape, min(chunk_size, prompt_length - start)), generator)
 
 
-def tilted_moments(
-    tilt: torch.Tensor,
-    tokens: torch.Tensor,
-    *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    prefix_lengths: Sequence[int] | None = None,
-    second_moment: bool = False,
-):
-    """Softmax-weighted mean (and covariance) of ``tokens`` under scores ⟨tilt, zᵢ⟩ (SPEC F5).
+def tilted_moments(tilt: torch.Tensor, tokens: torch.Tensor, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   prefix_lengths: Sequence[int] | None = None, second_moment: bool = False):
+    """Softmax-weighted mean (and covariance) of ``tokens`` under scores ⟨tilt, zᵢ⟩ (docs/theory.md#jacobians).
 
     Returns (mean [..., D], cov or None) or, with ``prefix_lengths``, stacked [P, ...] tensors.
     """
@@ -235,10 +239,8 @@ def streaming_tilted_moments(
     [*B, L, D] for tilts [*B, *Q, D]: the Q queries in each batch cell share one prompt.
     """
     prefixes = _validate_prefixes(prefix_lengths, prompt_length)
-    if prompt_batch_shape is not None:
-        batch_shape = tuple(prompt_batch_shape)
-    else:
-        batch_shape = tuple(tilt.shape[:-1]) if independent_prompts else ()
+    batch_shape = tuple(tilt.shape[:-1]) if independent_prompts else ()
+    batch_shape = tuple(prompt_batch_shape) if prompt_batch_shape is not None else batch_shape
     chunks = prompt_chunks(measure, prefixes[-1], generator, chunk_size, batch_shape)
     acc = TiltedMoments(tilt, second_moment)
     means, covs = _absorb_with_prefixes(acc, chunks, prefixes, second_moment)
@@ -247,16 +249,10 @@ def streaming_tilted_moments(
     return means, covs
 
 
-def finite_prompt_attention(
-    query: torch.Tensor,
-    tokens: torch.Tensor,
-    attention_matrix: torch.Tensor,
-    value_matrix: torch.Tensor,
-    *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    prefix_lengths: Sequence[int] | None = None,
-) -> torch.Tensor:
-    """T_{μ_L}(z_q) = V Σᵢ softmax_i(⟨U z_q, zᵢ⟩) zᵢ (SPEC §1).
+def finite_prompt_attention(query: torch.Tensor, tokens: torch.Tensor, attention_matrix: torch.Tensor,
+                            value_matrix: torch.Tensor, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                            prefix_lengths: Sequence[int] | None = None) -> torch.Tensor:
+    """T_{μ_L}(z_q) = V Σᵢ softmax_i(⟨U z_q, zᵢ⟩) zᵢ (docs/theory.md#notation).
 
     query [..., D], tokens [..., L, D] (or [L, D] shared), attention_matrix U [D, D],
     value_matrix V [Dout, D] → [..., Dout] (or [P, ..., Dout] at ``prefix_lengths``).
@@ -285,14 +281,8 @@ def streaming_prompt_attention(
     """
     tilt = query @ attention_matrix.T
     mean, _ = streaming_tilted_moments(
-        tilt,
-        measure,
-        prompt_length,
-        generator,
-        chunk_size=chunk_size,
-        prefix_lengths=prefix_lengths,
-        independent_prompts=independent_prompts,
-        prompt_batch_shape=prompt_batch_shape,
+        tilt, measure, prompt_length, generator, chunk_size=chunk_size, prefix_lengths=prefix_lengths,
+        independent_prompts=independent_prompts, prompt_batch_shape=prompt_batch_shape,
     )
     return mean @ value_matrix.T
 
@@ -300,6 +290,6 @@ def streaming_prompt_attention(
 def infinite_prompt_attention(
     query: torch.Tensor, measure: TokenMeasure, attention_matrix: torch.Tensor, value_matrix: torch.Tensor
 ) -> torch.Tensor:
-    """T_μ(z_q) = V ∇K(U z_q) (SPEC F1); affine V(m + S U z_q) for Gaussian tokens (R1)."""
+    """T_μ(z_q) = V ∇K(U z_q) (docs/theory.md#infinite-prompt-operator); affine V(m + S U z_q) for Gaussian tokens (R1)."""
     tilt = query @ attention_matrix.T
     return measure.cgf_grad(tilt) @ value_matrix.T

@@ -1,0 +1,297 @@
+"""Per-machine tiling of the streaming-attention kernel (:class:`largeprompt.attention.TiltedMoments`).
+
+The score tile (how many scores one GEMM → exp2 → GEMM step of the hot loop handles) trades
+per-tile Python overhead against cache misses, so its best size depends on the cache hierarchy,
+the BLAS and the problem regime (queries per prompt, prompts per batch, D, dtype). It is fixed
+once per machine and regime, at first use:
+
+1. ``LARGEPROMPT_ATTENTION_TILE=<elements>`` in the environment wins, and nothing is tuned;
+2. else the cache ``$XDG_CACHE_HOME/largeprompt/kernel_tiles.json`` (``~/.cache/largeprompt``);
+3. else a few candidates, sized from the detected L2 and L3 caches, are timed on a synthetic
+   problem of the same regime (a fraction of a second) under an exclusive file lock, and the
+   winner is written to the cache atomically. A job that finds the lock held waits and
+   re-reads, so concurrent jobs agree: the first writer wins. A corrupt cache is ignored and
+   rewritten.
+
+The cache is keyed by CPU model, core count, torch threads and version and the kernel's revision,
+then by regime. The tile changes only the order of floating-point summation, so results agree to
+round-off for every tile; a rerun is bit-identical with the same tile, which the cache keeps fixed
+across runs and the provenance of every Parquet file records (``kernel_tiles``, :func:`tiles_used`).
+Deleting the cache may retune to another tile: same results up to round-off, not the same bits.
+Streaming chunk sizes are not tuned: a streamed prompt's chunk size fixes its random stream
+(:func:`largeprompt.attention.prompt_chunks`), so it is a config value.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ENV_TILE = "LARGEPROMPT_ATTENTION_TILE"
+CACHE_FORMAT = 1
+KERNEL_REVISION = 1  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
+DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
+MAX_TILE_ELEMENTS = 1 << 21
+TUNING_TOKEN_BYTES = 32 << 20  # memory for the synthetic prompt of a tuning run
+FALLBACK_CACHES = {2: 512 << 10, 3: 8 << 20}  # bytes, where /sys does not say
+
+_chosen: dict[str, int] = {}  # regime key → tile elements used by this process
+_sources: dict[str, str] = {}  # regime key → "env" | "cache" | "tuned" | "default"
+
+
+def cache_file() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "largeprompt" / "kernel_tiles.json"
+
+
+def cpu_model() -> str:
+    """The CPU's model string from /proc/cpuinfo ('model name'), or platform's guess."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for row in fh:
+                if row.lower().startswith(("model name", "hardware", "cpu model")):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[int, int]:
+    """Data/unified cache size in bytes per level {1: …, 2: …, 3: …} of cpu0; FALLBACK_CACHES if unknown."""
+    sizes = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+        digits = size.rstrip("KMGkmg")
+        if digits.isdigit():
+            sizes[level] = int(digits) * scale
+    return {**FALLBACK_CACHES, **sizes}
+
+
+def machine_key() -> str:
+    """CPU model, core count, torch threads and version, and the kernel's revision."""
+    return (f"{cpu_model()} | {os.cpu_count()} cores | {torch.get_num_threads()} threads | torch {torch.__version__}"
+            f" | kernel {KERNEL_REVISION}")
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def regime_key(queries: int, prompts: int, dim: int, second_moment: bool, dtype: torch.dtype, device="cpu") -> str:
+    """'attention/<dtype>/<device>/D<dim>/q<queries bucket>/p<prompts bucket>[/cov]': counts round up to powers of 2."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    key = f"attention/{dtype_name}/{torch.device(device).type}/D{dim}/q{_pow2_at_least(queries)}/p{_pow2_at_least(prompts)}"
+    return key + ("/cov" if second_moment else "")
+
+
+def candidate_tiles(queries: int, prompts: int, dim: int, itemsize: int, caches: dict[int, int] | None = None) -> list[int]:
+    """Powers of two of score elements whose working set (scores + their tokens) spans L2 … L3/2.
+
+    A score costs ``itemsize`` bytes and its share of the token tile (D + 1)·itemsize / queries.
+    Sizes that give the same tile in tokens (at least TiltedMoments.MIN_TILE_TOKENS) are merged.
+    """
+    from .attention import TiltedMoments
+
+    caches = caches or cache_sizes()
+    per_element = itemsize * (1 + (dim + 1) / queries)
+    low = max(1, int(caches[2] / per_element))
+    high = min(MAX_TILE_ELEMENTS, max(low, int(caches[3] / 2 / per_element)))
+    tiles, seen = [], set()
+    for k in range(low.bit_length() - 1, high.bit_length()):
+        tokens = max(TiltedMoments.MIN_TILE_TOKENS, (1 << k) // (queries * prompts))
+        if tokens not in seen:
+            seen.add(tokens)
+            tiles.append(1 << k)
+    return tiles
+
+
+def time_candidates(tiles, queries, prompts, dim, second_moment, dtype, rounds: int = 3) -> dict[int, float]:
+    """Best-of-``rounds`` CPU seconds of one TiltedMoments.update per tile, on the same synthetic prompt.
+
+    CPU time (this process's) leaves out the time other jobs hold the core, and rounds interleave the
+    candidates, so a burst of load on a shared machine does not pick the tile.
+    """
+    from .attention import TiltedMoments
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    tile_tokens = {t: max(TiltedMoments.MIN_TILE_TOKENS, t // (queries * prompts)) for t in tiles}
+    budget = max(1, TUNING_TOKEN_BYTES // (prompts * dim * itemsize))
+    n_tokens = min(budget, 2 * max(tile_tokens.values()))
+    tiles = [t for t in tiles if 2 * tile_tokens[t] <= n_tokens] or [min(tiles)]
+    gen = torch.Generator().manual_seed(0)
+    tilt = 0.5 * torch.randn(prompts, queries, dim, generator=gen, dtype=dtype)
+    tokens = torch.randn(prompts, n_tokens, dim, generator=gen, dtype=dtype)
+    if prompts == 1:
+        tilt, tokens = tilt[0], tokens[0]  # one prompt shared by the queries
+
+    def run(tile: int) -> float:
+        acc = TiltedMoments(tilt, second_moment, tile_elements=tile)
+        acc.update(tokens[..., :1, :])  # the first tile sets the reference: time the steady state
+        start = time.process_time()
+        acc.update(tokens)
+        return time.process_time() - start
+
+    best = {t: math.inf for t in tiles}
+    for _ in range(rounds):
+        for tile in tiles:
+            best[tile] = min(best[tile], run(tile))
+    return best
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on ``path`` (a no-op where fcntl does not exist)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            yield
+            return
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_cache(path: Path | None = None) -> dict:
+    """The cache's {machine key: {regime key: entry}}; {} if missing or corrupt."""
+    try:
+        data = json.loads((path or cache_file()).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("machines"), dict):
+        return {}
+    return {m: e for m, e in data["machines"].items() if isinstance(e, dict)}
+
+
+def _cached_tile(machines: dict, machine: str, regime: str) -> int | None:
+    entry = machines.get(machine, {}).get(regime)
+    tile = entry.get("tile_elements") if isinstance(entry, dict) else None
+    return tile if isinstance(tile, int) and not isinstance(tile, bool) and tile >= 1 else None
+
+
+def _write_cache(path: Path, machines: dict) -> None:
+    """Replace the cache file atomically (temporary file in the same folder, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"format": CACHE_FORMAT, "machines": machines}, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _tile_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime) -> tuple[int, str]:
+    path, machine = cache_file(), machine_key()
+    tile = _cached_tile(read_cache(path), machine, regime)
+    if tile is not None:
+        return tile, "cache"
+    with _locked(path.with_name(path.name + ".lock")):
+        machines = read_cache(path)  # another job may have tuned while we waited for the lock
+        tile = _cached_tile(machines, machine, regime)
+        if tile is not None:
+            return tile, "cache"
+        tile, seconds = tune(queries, prompts, dim, second_moment, dtype)
+        machines.setdefault(machine, {})[regime] = {"tile_elements": tile, "seconds": {str(t): s for t, s in seconds.items()}}
+        _write_cache(path, machines)
+        return tile, "tuned"
+
+
+def tune(queries, prompts, dim, second_moment, dtype) -> tuple[int, dict[int, float]]:
+    """The fastest candidate tile and every candidate's best time (s), timed at the regime's bucket sizes."""
+    queries, prompts = _pow2_at_least(queries), _pow2_at_least(prompts)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    seconds = time_candidates(candidate_tiles(queries, prompts, dim, itemsize), queries, prompts, dim, second_moment, dtype)
+    return min(seconds, key=seconds.get), seconds
+
+
+def env_tile() -> int | None:
+    """The override LARGEPROMPT_ATTENTION_TILE (score elements per tile), or None if unset."""
+    raw = os.environ.get(ENV_TILE, "").strip()
+    if not raw:
+        return None
+    try:
+        tile = int(raw)
+    except ValueError:
+        tile = 0
+    if tile < 1:
+        raise ValueError(f"{ENV_TILE}={raw!r}: expected a positive integer number of score elements per tile")
+    return tile
+
+
+def attention_tile(queries: int, prompts: int, dim: int, second_moment: bool = False,
+                   dtype: torch.dtype = torch.float64, device="cpu") -> int:
+    """Score elements per tile for ``prompts`` prompts of dimension ``dim`` with ``queries`` queries each.
+
+    The environment override, else this process's earlier choice, else the per-machine cache,
+    else tuning (CPU only; other devices get DEFAULT_TILE_ELEMENTS). Recorded for :func:`tiles_used`.
+    """
+    regime = regime_key(queries, prompts, dim, second_moment, dtype, device)
+    override = env_tile()
+    if override is not None:
+        tile, source = override, "env"
+    elif regime in _chosen:
+        return _chosen[regime]
+    elif torch.device(device).type != "cpu":
+        tile, source = DEFAULT_TILE_ELEMENTS, "default"
+    else:
+        try:
+            tile, source = _tile_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime)
+        except OSError as exc:  # unwritable cache folder: tune for this process only
+            warnings.warn(f"kernel tile cache {cache_file()} unusable ({exc}); tuning without caching", stacklevel=2)
+            tile, source = tune(queries, prompts, dim, second_moment, dtype)[0], "tuned"
+    _chosen[regime], _sources[regime] = tile, source
+    return tile
+
+
+def tiles_used() -> dict[str, int]:
+    """{regime key: tile elements} of every attention regime this process has run (for provenance)."""
+    return dict(sorted(_chosen.items()))
+
+
+def tile_sources() -> dict[str, str]:
+    """{regime key: 'env' | 'cache' | 'tuned' | 'default'}: where each choice of this process came from."""
+    return dict(sorted(_sources.items()))
+
+
+def forget() -> None:
+    """Drop this process's choices (tests; a new cache or override is then read at next use)."""
+    _chosen.clear()
+    _sources.clear()
+
+
+def tiles_report() -> dict:
+    """{'tiles': …, 'tile_sources': …} of this process, JSON-ready (the bench workers print it)."""
+    return {"tiles": tiles_used(), "tile_sources": tile_sources()}
+
+
+def describe_tiles(report: dict, queries: int) -> str:
+    """One informational line for a :func:`tiles_report`, with the tile in tokens at ``queries`` queries per prompt."""
+    from .attention import TiltedMoments
+
+    parts = [
+        f"{key} = {tile} scores = {max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)} tokens "
+        f"({report['tile_sources'].get(key, '?')})"
+        for key, tile in report.get("tiles", {}).items()
+    ]
+    return f"(attention tile {'; '.join(parts) or 'not used'}; cache {cache_file()}; override {ENV_TILE})"

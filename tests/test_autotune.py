@@ -1,0 +1,275 @@
+"""Per-machine attention tiles (largeprompt.autotune): correctness for every candidate, cache, lock, override.
+
+No timing is asserted: where the choice matters, tuning is replaced by a stand-in timer.
+Every test runs with XDG_CACHE_HOME in its own temporary folder.
+"""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from largeprompt import autotune
+from largeprompt.attention import TiltedMoments
+from largeprompt.provenance import provenance
+
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(autotune.ENV_TILE, raising=False)
+    autotune.forget()
+    yield tmp_path / "xdg" / "largeprompt" / "kernel_tiles.json"
+    autotune.forget()
+
+
+def stand_in_timer(fastest_index=1, calls=None):
+    """A time_candidates replacement: candidate number ``fastest_index`` is the fastest; counts its calls."""
+
+    def timer(tiles, *args, **kwargs):
+        if calls is not None:
+            calls.append(tuple(tiles))
+        return {t: (0.5 if i == min(fastest_index, len(tiles) - 1) else 1.0 + i) for i, t in enumerate(tiles)}
+
+    return timer
+
+
+# ------------------------------------------------------------------------------------------
+# results do not depend on the tile beyond round-off
+
+
+def reference_moments(tilt, tokens):
+    """Untiled float64 softmax moments: weights materialised in one piece, mean [.., D], second moment [.., D, D]."""
+    weights = torch.softmax(torch.einsum("...qd,...ld->...ql", tilt.double(), tokens.double()), dim=-1)
+    mean = weights @ tokens.double()
+    second = torch.einsum("...ql,...li,...lj->...qij", weights, tokens.double(), tokens.double())
+    return mean, second - mean.unsqueeze(-1) * mean.unsqueeze(-2)
+
+
+def round_off_bound(tilt, tokens, eps):
+    """A bound on |tiled − untiled| for the mean, from the dtype's eps and the number of summed terms.
+
+    With γ_n ≈ n·eps (eps covers the 1-ulp exp2 as well as ½-ulp arithmetic): a score, the D-term dot
+    product of the log₂e-scaled tilt with z minus the reference, is off by ≤ γ_{D+2}(Σ_k|a_k z_k| + |r|)
+    ≤ 2(D + 2)·eps·s_max, so each weight has relative error δ ≤ 2(D + 3)·eps·(1 + s_max). The weighted
+    mean then moves by ≤ 2δ·max|z| (numerator and normaliser), and the sums add γ_N·max|z| with
+    N = 3L + D + 8 (numerator and normaliser of L terms, at most one rescale per token, the division).
+    The untiled reference rounds too: a factor 2. Worst case for every summation order, not tuned.
+    """
+    dim, length = tokens.shape[-1], tokens.shape[-2]
+    s_max = torch.einsum("...qd,...ld->...ql", tilt.abs().double(), tokens.abs().double()).max().item()
+    weight_error = 2 * (dim + 3) * eps * (1 + s_max)
+    return 2 * (2 * weight_error + (3 * length + dim + 8) * eps) * tokens.abs().max().item()
+
+
+def tiled_moments(tilt, tokens, tile, second_moment, chunk):
+    acc = TiltedMoments(tilt, second_moment, tile_elements=tile)
+    for start in range(0, tokens.shape[-2], chunk):
+        acc.update(tokens[..., start : start + chunk, :])
+    assert acc.tile_elements == tile
+    return acc.mean(), (acc.covariance() if second_moment else None)
+
+
+REGIMES = {  # (prompts, queries, dim, second_moment, dtype, prompt_length)
+    "shared prompt, 64 queries": (1, 64, 6, False, F64, 40_000),
+    "shared prompt, float32": (1, 16, 3, False, torch.float32, 20_000),
+    "8 prompts, 3 queries each, covariance": (8, 3, 2, True, F64, 12_000),
+    "64 prompts, 1 query each, covariance": (64, 1, 2, True, F64, 3_000),
+}
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_every_candidate_tile_matches_the_untiled_reference(regime):
+    prompts, queries, dim, second_moment, dtype, length = REGIMES[regime]
+    gen = torch.Generator().manual_seed(7)
+    tilt = torch.randn(prompts, queries, dim, generator=gen, dtype=F64).to(dtype)
+    tokens = (1.5 * torch.randn(prompts, length, dim, generator=gen, dtype=F64) + 0.3).to(dtype)
+    if prompts == 1:
+        tilt, tokens = tilt[0], tokens[0]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    tiles = set(autotune.candidate_tiles(queries, prompts, dim, itemsize))  # this machine's caches
+    tiles |= set(autotune.candidate_tiles(queries, prompts, dim, itemsize, {2: 32 << 10, 3: 1 << 20}))  # small ones
+    mean_ref, cov_ref = reference_moments(tilt, tokens)
+    tol = round_off_bound(tilt, tokens, torch.finfo(dtype).eps)
+    for tile in sorted(tiles):
+        mean, cov = tiled_moments(tilt, tokens, tile, second_moment, chunk=4999)
+        assert (mean.double() - mean_ref).abs().max().item() <= tol, (regime, tile)
+        if second_moment:  # Σ w z zᵀ/Σ w − m mᵀ: each term as the mean's bound, times max|z|
+            cov_tol = 4 * tol * tokens.abs().max().item()
+            assert (cov.double() - cov_ref).abs().max().item() <= cov_tol, (regime, tile)
+
+
+def test_overflow_inside_a_block_of_tiles_is_redone_tile_by_tile():
+    """Scores rising from −3000 to 3000 across one update of 20 tiles: the unchecked pass overflows, the redo rebases."""
+    length = 5000
+    t = torch.linspace(-1.0, 1.0, length, dtype=F64)
+    tokens = torch.stack([t, torch.cos(40 * t), torch.sin(40 * t)], dim=-1)  # [L, 3]
+    tilt = torch.tensor([[3000.0, 0.0, 0.0], [-3000.0, 1.0, 0.0], [1.0, 2.0, 3.0]], dtype=F64)
+    mean, _ = tiled_moments(tilt, tokens, 3 * TiltedMoments.MIN_TILE_TOKENS, False, chunk=length)
+    mean_ref, _ = reference_moments(tilt, tokens)
+    assert torch.isfinite(mean).all()
+    assert (mean - mean_ref).abs().max().item() <= round_off_bound(tilt, tokens, torch.finfo(F64).eps)
+
+
+def test_candidates_come_from_the_cache_sizes():
+    small = autotune.candidate_tiles(64, 1, 6, 8, {2: 512 << 10, 3: 32 << 20})
+    large_l2 = autotune.candidate_tiles(64, 1, 6, 8, {2: 2 << 20, 3: 32 << 20})
+    for tiles in (small, large_l2):
+        assert tiles == sorted(tiles) and all(t & (t - 1) == 0 for t in tiles)
+    # working set 8·(1 + 7/64) bytes per score: L2 … L3/2
+    assert small[0] == 1 << 15 and small[-1] == 1 << 20 and large_l2[0] == 1 << 17
+    # one prompt per query: every candidate a distinct tile in tokens, none below the minimum
+    batched = autotune.candidate_tiles(1, 256, 2, 8, {2: 512 << 10, 3: 32 << 20})
+    tokens = [max(TiltedMoments.MIN_TILE_TOKENS, t // 256) for t in batched]
+    assert len(set(tokens)) == len(tokens) and min(tokens) == TiltedMoments.MIN_TILE_TOKENS
+
+
+def test_cache_sizes_are_read_from_sysfs(tmp_path):
+    for name, (level, kind, size) in {
+        "index0": (1, "Data", "48K"), "index1": (1, "Instruction", "32K"),
+        "index2": (2, "Unified", "2048K"), "index3": (3, "Unified", "105M"),
+    }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "level").write_text(f"{level}\n")
+        (tmp_path / name / "type").write_text(f"{kind}\n")
+        (tmp_path / name / "size").write_text(f"{size}\n")
+    assert autotune.cache_sizes(str(tmp_path)) == {1: 48 << 10, 2: 2 << 20, 3: 105 << 20}
+    assert autotune.cache_sizes(str(tmp_path / "missing")) == autotune.FALLBACK_CACHES
+
+
+# ------------------------------------------------------------------------------------------
+# the cache
+
+
+def test_cache_round_trips_and_is_keyed_by_machine_and_regime(private_cache, monkeypatch):
+    calls = []
+    monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(1, calls))
+    tile = autotune.attention_tile(40, 1, 6, False, F64)
+    expected = autotune.candidate_tiles(64, 1, 6, 8)[1]  # tuned at the bucket's 64 queries
+    assert tile == expected and len(calls) == 1 and autotune.tile_sources() == {autotune.regime_key(40, 1, 6, False, F64): "tuned"}
+    stored = json.loads(private_cache.read_text())
+    assert stored["format"] == autotune.CACHE_FORMAT
+    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["tile_elements"] == tile
+
+    autotune.forget()  # a new process: the same bucket (33..64 queries) reads the cache
+    assert autotune.attention_tile(64, 1, 6, False, F64) == tile and len(calls) == 1
+    assert set(autotune.tile_sources().values()) == {"cache"}
+    for other in [(40, 1, 6, False, torch.float32), (200, 1, 6, False, F64), (40, 8, 6, False, F64),
+                  (40, 1, 3, False, F64), (40, 1, 6, True, F64)]:  # dtype, query and prompt buckets, D, covariance
+        autotune.attention_tile(*other)
+    assert len(calls) == 6
+    monkeypatch.setattr(autotune, "machine_key", lambda: "another CPU | 64 cores | 1 threads | torch 9")
+    autotune.forget()
+    autotune.attention_tile(64, 1, 6, False, F64)
+    assert len(calls) == 7 and len(json.loads(private_cache.read_text())["machines"]) == 2
+
+
+def test_regime_keys_bucket_the_counts():
+    key = autotune.regime_key(41, 250, 2, True, F64)
+    assert key == "attention/float64/cpu/D2/q64/p256/cov"
+    assert autotune.regime_key(64, 129, 2, False, torch.float32) == "attention/float32/cpu/D2/q64/p256"
+    assert autotune.regime_key(1, 1, 3, False, F64) == "attention/float64/cpu/D3/q1/p1"
+
+
+@pytest.mark.parametrize("garbage", [b"\x00\xff not json", b'["a", "list"]', b'{"format": 1, "machines": 3}', b""])
+def test_corrupt_cache_is_ignored_and_rewritten(private_cache, monkeypatch, garbage):
+    private_cache.parent.mkdir(parents=True)
+    private_cache.write_bytes(garbage)
+    monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(0))
+    tile = autotune.attention_tile(64, 1, 6, False, F64)
+    stored = json.loads(private_cache.read_text())
+    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["tile_elements"] == tile
+
+
+def test_invalid_cache_entry_is_retuned(private_cache, monkeypatch):
+    key, regime = autotune.machine_key(), autotune.regime_key(64, 1, 6, False, F64)
+    private_cache.parent.mkdir(parents=True)
+    for bad in (-4, "4096", True, None):
+        private_cache.write_text(json.dumps({"format": 1, "machines": {key: {regime: {"tile_elements": bad}}}}))
+        autotune.forget()
+        monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(2))
+        assert autotune.attention_tile(64, 1, 6, False, F64) == autotune.candidate_tiles(64, 1, 6, 8)[2]
+
+
+CONCURRENT = textwrap.dedent(
+    """
+    import json, os, pathlib, random, sys, time
+    import torch
+    from largeprompt import autotune
+
+    def timer(tiles, *args, **kwargs):  # each process would pick a different tile if it tuned on its own
+        time.sleep(0.5)  # hold the lock long enough for the other process to want it
+        rng = random.Random()
+        return {t: rng.random() for t in tiles}
+
+    autotune.time_candidates = timer
+    barrier = pathlib.Path(sys.argv[1])  # start together, once both have imported torch
+    (barrier / f"ready-{os.getpid()}").touch()
+    deadline = time.time() + 120
+    while len(list(barrier.glob("ready-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.005)
+    tile = autotune.attention_tile(64, 1, 6, False, torch.float64)
+    print(json.dumps({"tile": tile, "source": autotune.tile_sources()}))
+    """
+)
+
+
+def test_concurrent_first_use_agrees(private_cache, tmp_path):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CONCURRENT, str(barrier)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert results[0]["tile"] == results[1]["tile"]
+    sources = sorted(next(iter(r["source"].values())) for r in results)
+    assert sources == ["cache", "tuned"]  # the first writer wins, the other re-reads
+    stored = json.loads(private_cache.read_text())["machines"]
+    assert [e["tile_elements"] for m in stored.values() for e in m.values()] == [results[0]["tile"]]
+
+
+# ------------------------------------------------------------------------------------------
+# the override and the provenance
+
+
+def test_environment_override_wins_and_skips_tuning(private_cache, monkeypatch):
+    monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(0))
+    autotune.attention_tile(64, 1, 6, False, F64)  # cache a tuned tile first
+    autotune.forget()
+
+    def no_tuning(*args, **kwargs):
+        raise AssertionError("the override must not tune")
+
+    monkeypatch.setattr(autotune, "time_candidates", no_tuning)
+    monkeypatch.setenv(autotune.ENV_TILE, "5000")
+    acc = TiltedMoments(torch.randn(64, 6, dtype=F64))
+    acc.update(torch.randn(1000, 6, dtype=F64))
+    assert acc.tile_elements == 5000 and autotune.attention_tile(64, 1, 6, False, F64) == 5000
+    assert set(autotune.tile_sources().values()) == {"env"}
+    for bad in ("zero", "0", "-3"):
+        monkeypatch.setenv(autotune.ENV_TILE, bad)
+        with pytest.raises(ValueError, match=autotune.ENV_TILE):
+            autotune.attention_tile(64, 1, 6, False, F64)
+
+
+def test_override_without_a_cache_writes_nothing(private_cache, monkeypatch):
+    monkeypatch.setenv(autotune.ENV_TILE, "65536")
+    TiltedMoments(torch.randn(4, 3, dtype=F64)).update(torch.randn(100, 3, dtype=F64))
+    assert not private_cache.parent.exists()
+
+
+def test_provenance_records_the_tiles_used(monkeypatch):
+    monkeypatch.setenv(autotune.ENV_TILE, "32768")
+    assert provenance("some_rule", {})["kernel_tiles"] == {}
+    acc = TiltedMoments(torch.randn(250, 1, 2, dtype=F64), second_moment=True)
+    acc.update(torch.randn(250, 10, 2, dtype=F64))
+    assert provenance("some_rule", {})["kernel_tiles"] == {"attention/float64/cpu/D2/q1/p256/cov": 32768}
