@@ -12,7 +12,11 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 
 
-report: "workflow/report/workflow.rst"
+# The report's landing page shows every figure with its caption (src/largeprompt/report.py).
+from largeprompt.report import landing_page
+
+
+report: landing_page("workflow/report/workflow.rst")
 
 
 include: "workflow/rules/data.smk"

@@ -1,0 +1,238 @@
+"""The HTML report opens on its figures, with readable captions (workflow/report/*.rst).
+
+Without the pipeline: every caption and the landing page render with Snakemake's Jinja settings and
+docutils for each shipped config, with no missing config key, no docutils error, no raw LaTeX and no
+reference to the team's private notes; the landing page embeds every figure as a data URI, in the
+order of the results, each followed by its caption.
+
+With the pipeline (marked ``pipeline``; skipped only where no Chromium is installed): the smoke run's
+report is opened in headless Chromium. Without any click, the figures are laid out at full width from
+the top of the page, each image decoded, the captions readable, and a screenshot shows the figures.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+from docutils.core import publish_parts
+from jinja2 import Environment, StrictUndefined
+from PIL import Image, ImageFilter
+from snakemake.utils import validate
+
+from conftest import REPO, copy_repo, run, snakemake_cmd
+from largeprompt.config import check_config
+from largeprompt.report import data_uri, landing_page
+
+REPORT = REPO / "workflow" / "report"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+CONFIGS = [None, "smoke.yaml", "paper.yaml"]
+CAPTIONS = sorted(p for p in REPORT.glob("*.rst") if p.name != "workflow.rst")
+ORDER = ["affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
+         "trajectory_transfer", "balanced_flow", "training_vs_prompt_length"]
+CATEGORY = {"affine_limit": "R1 affine limit", "balanced_flow": "R5 balanced flow", "training_vs_prompt_length": "R6 training",
+            "trajectory_transfer": "R4 trajectory transfer"}
+PRIVATE = re.compile(r"\bSPEC\b|\bTHEORY\b|\bF[1-9]\b|§[A-Z]")  # labels of the team's notes, not of the paper
+RAW_MATH = re.compile(r"[_^]\{|\\[A-Za-z]+|\{\{|\$|(?<![A-Za-z])[A-Za-zα-ωΑ-Ω]_[A-Za-z0-9]")  # T_{μ_L}, \sigma, z_q
+# What the two training figures draw, as their captions must say it (src/largeprompt/plots/*.py).
+DESCRIBES = {
+    "training_vs_prompt_length": ["95% Student-t interval over the ok seeds", "common random numbers", "open triangles",
+                                  "trapped", "Bayes risk", "R(Γ*)", "f(α*)", "L ≥ 200", "escape time", "O(1/L)"],
+    "trajectory_transfer": ["flow", "sharpness", "constant small step", "SGD-noise floor", "two independent batch streams",
+                            "above 3× their floor", "reduced (v, A)", "slope −1"],
+}
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+NO_CHROMIUM = ("no Chromium found: install it with `apt-get install chromium` (Debian; `chromium-browser` on "
+               "Ubuntu), or point $CHROMIUM at a Chromium/Chrome binary")
+
+
+def config(overlay):
+    """A shipped config as Snakemake sees it: config.yaml, the overlay, then the schema's defaults."""
+    with open(REPO / "config" / "config.yaml") as fh:
+        cfg = yaml.safe_load(fh)
+    if overlay:
+        with open(REPO / "config" / overlay) as fh:
+            _merge(cfg, yaml.safe_load(fh) or {})
+    check_config(cfg, SCHEMA)
+    validate(cfg, str(SCHEMA))
+    return cfg
+
+
+def _merge(base, overlay):
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def render(template: str, **context) -> str:
+    """Jinja as Snakemake's report sets it up (but a missing key fails), then docutils' HTML body; a docutils
+    warning fails too."""
+    text = Environment(trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined).from_string(template)
+    settings = {"halt_level": 2, "report_level": 2, "warning_stream": False}
+    return publish_parts(text.render(**context), writer="html", settings_overrides=settings)["html_body"]
+
+
+class _Text(HTMLParser):
+    """The text a reader sees (no <style> or <script> content)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self._skip = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("style", "script")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("style", "script")
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def visible_text(html: str) -> str:
+    parser = _Text()
+    parser.feed(html)
+    return " ".join("".join(parser.parts).split())
+
+
+@pytest.mark.parametrize("overlay", CONFIGS, ids=["default", "smoke", "paper"])
+@pytest.mark.parametrize("caption", CAPTIONS, ids=[p.stem for p in CAPTIONS])
+def test_caption_renders_readably_for_every_shipped_config(caption, overlay, capsys):
+    source = caption.read_text()
+    html = render(source, snakemake=SimpleNamespace(config=config(overlay)))
+    assert "Unrecognized" not in capsys.readouterr().err  # docutils' LaTeX-to-HTML converter understood every formula
+    text = visible_text(html)
+    assert not RAW_MATH.search(text), f"raw LaTeX in {caption.name}: {RAW_MATH.search(text).group()!r}"
+    assert not PRIVATE.search(source), f"{caption.name} cites {PRIVATE.search(source).group()!r}"
+    assert f"docs/experiments.md#{caption.stem}" in text
+    assert text.startswith("R") and len(text) > 400  # opens with its result label R1–R6
+    missing = [phrase for phrase in DESCRIBES.get(caption.stem, []) if phrase not in text]
+    assert not missing, f"{caption.name} does not describe {missing}"
+
+
+def test_landing_page_embeds_every_figure_with_its_caption_in_result_order(tmp_path, monkeypatch):
+    """Records shaped like Snakemake's report results (path, name, target, category, rendered caption)."""
+    monkeypatch.chdir(tmp_path)
+    landing_page("workflow/report/workflow.rst")
+    records = []
+    for i, name in enumerate(reversed(ORDER + ["extra_figure", "table"])):  # any order in, result order out
+        path = Path("figures") / "smoke" / f"{name}.{'csv' if name == 'table' else 'png'}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes([0x89, 80, 78, 71, i]) * 50)
+        records.append(SimpleNamespace(path=path, name=path.name, target=path.name,
+                                       category=SimpleNamespace(name=CATEGORY.get(name, "R2-R3 concentration")),
+                                       caption=f"<p>caption of <em>{name}</em></p>"))
+    links = "".join(f"\n.. _{r.target}: javascript:app.showResultInfo('{r.path}')\n" for r in records)
+    source = (REPORT / "workflow.rst").read_text()
+    html = render(source + links, snakemake=SimpleNamespace(config=config("smoke.yaml")), categories={}, files=records)
+    figures = re.findall(r'<img alt="figure (\w+)" src="(data:image/png;base64,[^"]+)"', html)
+    assert [name for name, _ in figures] == ORDER + ["extra_figure"]  # a non-image result is not drawn
+    starts = [html.index(f'id="fig-{name}"') for name, _ in figures] + [len(html)]
+    for (name, uri), start, end in zip(figures, starts, starts[1:]):
+        assert uri == data_uri(Path("figures") / "smoke" / f"{name}.png")
+        block = html[start:end]  # heading, image, caption, before the next figure
+        assert block.index(uri) < block.index(f"caption of <em>{name}</em>")
+    text = visible_text(html)
+    assert not RAW_MATH.search(text) and not PRIVATE.search(source)
+    assert "run smoke" in text and "docs/experiments.md#results" in text
+
+
+# --- the smoke run's report in a real browser -------------------------------------------------------------
+
+PROBE = """<!doctype html><html><head><meta charset="utf-8">
+<style>body {{ margin: 0 }} iframe {{ border: 0; width: {w}px; height: {h}px; display: block }}</style></head>
+<body><iframe id="report" src="{src}"></iframe><pre id="layout">pending</pre><script>
+function measure() {{
+  const doc = document.getElementById("report").contentDocument, root = doc.documentElement;
+  const box = (el) => {{ const r = el.getBoundingClientRect(); return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }};
+  const images = Array.from(doc.querySelectorAll(".lp-figure img")).map((img) => Object.assign(box(img),
+    {{name: img.alt.replace("figure ", ""), natural: img.naturalWidth,
+     embedded: img.src.startsWith("data:image/png;base64,")}}));
+  const captions = Array.from(doc.querySelectorAll(".lp-caption")).map((c) => c.innerText);
+  document.getElementById("layout").textContent = JSON.stringify({{viewport: [root.clientWidth, root.clientHeight],
+    images: images, captions: captions, rulegraph: doc.querySelectorAll("#rulegraph svg, #rulegraph canvas").length}});
+}}
+document.getElementById("report").addEventListener("load", () => setTimeout(measure, 3000));
+</script></body></html>"""
+WINDOW = (1400, 3000)
+
+
+def chromium(*args, cwd):
+    profile = Path(cwd) / "chromium-profile"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=180, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The smoke run's report.html, its layout as the browser draws it, and a screenshot of it."""
+    if not CHROMIUM:
+        pytest.skip(NO_CHROMIUM)
+    work = copy_repo(tmp_path_factory.mktemp("report") / "repo")
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    run(snakemake_cmd("--cores", "2", "--configfile", "config/smoke.yaml"), cwd=work, timeout=900)
+    run(snakemake_cmd("--report", "report.html", "--configfile", "config/smoke.yaml"), cwd=work, timeout=600)
+    html = work / "report.html"
+    probe = work.parent / "probe.html"
+    probe.write_text(PROBE.format(w=WINDOW[0], h=WINDOW[1], src=html.as_uri()))
+    dom = chromium("--allow-file-access-from-files", "--virtual-time-budget=20000", "--dump-dom", probe.as_uri(),
+                   cwd=work.parent)
+    layout = json.loads(re.search(r'<pre id="layout">(.*?)</pre>', dom, flags=re.S).group(1))
+    screenshot = work.parent / "landing_page.png"
+    chromium(f"--screenshot={screenshot}", html.as_uri(), cwd=work.parent)  # real time, as a reader opens it
+    print(f"landing page screenshot: {screenshot}")
+    return SimpleNamespace(work=work, layout=layout, screenshot=screenshot)
+
+
+@pytest.mark.pipeline
+def test_landing_page_shows_every_figure_without_a_click(report):
+    layout = report.layout
+    assert layout["viewport"] == list(WINDOW)
+    assert [im["name"] for im in layout["images"]] == ORDER
+    for im in layout["images"]:
+        assert im["embedded"] and im["natural"] > 0, im  # a data URI, decoded by the browser
+        assert im["w"] >= 0.6 * WINDOW[0], im  # full width, not a thumbnail
+    first = layout["images"][0]
+    assert 0 <= first["y"] < 600, "the page does not open on its first figure"
+    assert sum(im["y"] + im["h"] <= WINDOW[1] for im in layout["images"]) >= 3
+    assert layout["rulegraph"] >= 1  # the rule graph is still there, below the figures
+
+
+@pytest.mark.pipeline
+def test_landing_page_captions_are_readable(report):
+    captions = report.layout["captions"]
+    assert len(captions) == len(ORDER)
+    for name, text in zip(ORDER, captions):
+        assert text.startswith("R") and f"docs/experiments.md#{name}" in text, text[:200]
+        assert not RAW_MATH.search(text), f"{name}: {RAW_MATH.search(text).group()!r}"
+        assert not PRIVATE.search(text), f"{name}: {PRIVATE.search(text).group()!r}"
+
+
+@pytest.mark.pipeline
+def test_screenshot_shows_the_figures(report):
+    """Each figure that fits in the window is in the screenshot where the browser laid it out.
+
+    Both images are blurred (radius 2 px) before correlating, so that sub-pixel placement and resampling
+    do not matter; a figure drawn in place correlates above 0.99, a blank or different region near 0.
+    """
+    shot = Image.open(report.screenshot).convert("L")
+    assert shot.size == WINDOW
+    visible = [im for im in report.layout["images"] if im["y"] + im["h"] <= WINDOW[1]]
+    for im in visible:
+        box = tuple(round(v) for v in (im["x"], im["y"], im["x"] + im["w"], im["y"] + im["h"]))
+        figure = Image.open(report.work / "figures" / "smoke" / f"{im['name']}.png").convert("L")
+        expected = figure.resize((box[2] - box[0], box[3] - box[1]), Image.LANCZOS)
+        a, b = (np.asarray(x.filter(ImageFilter.GaussianBlur(2)), dtype=float).ravel() for x in (shot.crop(box), expected))
+        correlation = np.corrcoef(a, b)[0, 1] if a.std() > 0 else 0.0
+        assert correlation > 0.8, f"{im['name']} not visible in {report.screenshot} (correlation {correlation:.3f})"
