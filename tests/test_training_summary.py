@@ -13,7 +13,7 @@ from largeprompt.stages import training_summary as ts
 from largeprompt.stages.training_summary import SummarySettings, flow_reference, prompt_length_row, run_row
 from tolerance import assert_within, eps, rounding_tolerance
 
-CFG = SummarySettings(trapped_readout_fraction=0.1, convergence_window=0.2)
+CFG = SummarySettings(trapped_readout_fraction=0.1, drift_sharpness_ratio=1.5, convergence_window=0.2)
 TIMES = np.arange(21) / 2  # 0, 0.5, …, 10: exact binary fractions, so window edges compare exactly
 
 
@@ -64,6 +64,19 @@ def test_flow_reference_and_escape_times():
 def test_trapped_rule(u_end, uxx_end, escapes, status):
     row = run_row(trajectory(u_end, uxx_end=uxx_end), flow_reference(flow(escapes=escapes)), CFG)
     assert row["status"] == status
+
+
+@pytest.mark.parametrize("growth, escapes, status, reason", [
+    (3.0, True, "trapped", "drifting flow"),  # the flow's weights still drift: sharpness tripled over the second half
+    (1.2, True, "ok", ""),  # below the drift ratio 1.5
+    (3.0, False, "ok", ""),  # the flow itself stays on the plateau: nothing to be trapped against
+])
+def test_a_run_whose_flow_keeps_drifting_is_trapped(growth, escapes, status, reason):
+    f = flow(escapes=escapes)
+    f["sharpness"] = np.where(f["time"] <= 0.5 * f["time"].max(), 1.0, growth)
+    row = run_row(trajectory(0.8), flow_reference(f), CFG)  # a run that reads y well
+    assert (row["status"], row["trap_reason"]) == (status, reason)
+    assert row["flow_sharpness_growth"] == pytest.approx(growth)
 
 
 @pytest.mark.parametrize("where", [1, 10, 20])
@@ -170,7 +183,7 @@ def test_summarize_training_classifies_each_run_against_its_own_seeds_flow(tmp_p
     ts.summarize_training({"trajectories": paths, "flows": [tmp_path / "flow0.parquet", tmp_path / "flow1.parquet"],
                            "bayes_risk": tmp_path / "bayes.parquet"},
                           {"runs": tmp_path / "runs.parquet", "prompt_lengths": tmp_path / "table.parquet"},
-                          {"icl": icl, "train": {"trapped_readout_fraction": 0.1, "convergence_window": 0.2}})
+                          {"icl": icl, "train": {"trapped_readout_fraction": 0.1, "drift_sharpness_ratio": 1.5, "convergence_window": 0.2}})
     runs, table = read_parquet(tmp_path / "runs.parquet"), read_parquet(tmp_path / "table.parquet")
     assert len(runs) == 8 and len(table) == 4
     assert (runs["status"] == np.where(runs["seed"] == 0, "trapped", "ok")).all()

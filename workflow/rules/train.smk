@@ -47,7 +47,12 @@ rule summarize_training:
         mem_mb=2000,
         runtime=5,
     params:
-        **cfg(*ICL_TASK, "train.trapped_readout_fraction", "train.convergence_window"),
+        **cfg(
+            *ICL_TASK,
+            "train.trapped_readout_fraction",
+            "train.drift_sharpness_ratio",
+            "train.convergence_window",
+        ),
     script:
         "../scripts/summarize_training.py"
 

@@ -21,10 +21,13 @@ def _band(ax, table, column, color, label):
 def _runs(ax, runs, column, color):
     """ok runs as dots, trapped as open triangles, diverged as crosses at the top (never dropped)."""
     shared = runs[runs["stream"] == 0]
-    ok, trapped = shared[shared["status"] == "ok"], shared[shared["status"] == "trapped"]
+    ok = shared[shared["status"] == "ok"]
     ax.scatter(ok["prompt_length"], ok[column], s=9, color=color, alpha=0.5, linewidth=0)
-    ax.scatter(trapped["prompt_length"], trapped[column], s=30, marker="^", facecolors="none", edgecolors=color,
-               label=f"trapped ({len(trapped)} runs)" if len(trapped) else None)
+    for reason, marker in (("no readout", "^"), ("drifting flow", "v")):
+        trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
+        if len(trapped):
+            ax.scatter(trapped["prompt_length"], trapped[column], s=30, marker=marker, facecolors="none", edgecolors=color,
+                       label=f"trapped, {reason} ({len(trapped)} runs)")
     bad = shared[shared["status"] == "diverged"]
     if len(bad):
         ax.scatter(bad["prompt_length"], np.full(len(bad), ax.get_ylim()[1]), marker="x", s=40, color=color,

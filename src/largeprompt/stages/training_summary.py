@@ -3,10 +3,16 @@ statistics, the convergence check and the theory (docs/experiments.md#training_v
 docs/experiments.md#trapped-runs).
 
 A run is ``diverged`` if training stopped on a blown-up batch loss. It is ``trapped`` if its flow escapes
-the initial plateau (R∞ of the flow ends below half its start) while the run ends without a readout of
-y: its readout strength |u_y|·‖U_xx‖ (the size of the map x_q ↦ prediction that carries the prompt's
-labels, docs/experiments.md#trapped-runs) ends below trapped_readout_fraction times the flow's. Otherwise
-it is ``ok``. An escape time is
+the initial plateau (R∞ of the flow ends below half its start) while the run stops where the flow goes on
+(docs/experiments.md#trapped-runs), for one of two reasons, recorded in ``trap_reason``:
+
+* ``no readout``: its readout strength |u_y|·‖U_xx‖ (the size of the map that carries the prompt's labels
+  to the prediction) ends below trapped_readout_fraction times the flow's: it never left the plateau;
+* ``drifting flow``: the flow has not converged: its sharpness at T exceeds drift_sharpness_ratio times its
+  sharpness at T/2, its weights drift without bound along a valley of R∞, where the finite-L risk grows with
+  the weights, so finite-L training settles at a worse equilibrium instead.
+
+Otherwise it is ``ok``. An escape time is
 the first logged time at which R∞ falls below the midpoint between the flow's start and end risks.
 Means and intervals are over the ``ok`` runs of the shared batch stream; replicate runs (another batch
 stream, same seed) give the SGD-noise part of the spread.
@@ -31,6 +37,7 @@ THEORY_MIN_PROMPT_LENGTH = 200  # the softmax leading-order optimum is drawn fro
 @dataclass(frozen=True)
 class SummarySettings:
     trapped_readout_fraction: float
+    drift_sharpness_ratio: float
     convergence_window: float
 
 
@@ -39,8 +46,10 @@ def flow_reference(flow: pd.DataFrame) -> dict:
     flow = flow.sort_values("time")
     start, end = float(flow["infinite_prompt_risk"].iloc[0]), float(flow["infinite_prompt_risk"].iloc[-1])
     threshold = 0.5 * (start + end)
+    half = flow[flow["time"] <= 0.5 * flow["time"].iloc[-1]].iloc[-1]
     return {"escapes": end < 0.5 * start, "threshold": threshold, "readout": readout(flow.iloc[-1]),
-            "u_y": float(flow["u_y"].iloc[-1]), "escape_time": escape_time(flow, threshold)}
+            "u_y": float(flow["u_y"].iloc[-1]), "escape_time": escape_time(flow, threshold),
+            "drift": float(flow["sharpness"].iloc[-1] / half["sharpness"])}
 
 
 def readout(row) -> float:
@@ -60,16 +69,25 @@ def run_row(run: pd.DataFrame, ref: dict, cfg: SummarySettings) -> dict:
     row = {k: last[k] for k in ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin")}
     row["readout"] = readout(last)
     if (run["status"] == "diverged").any():
-        row.update(status="diverged", final_test_loss=float(last["test_loss"]),
+        row.update(status="diverged", trap_reason="", final_test_loss=float(last["test_loss"]),
                    final_infinite_prompt_risk=float(last["infinite_prompt_risk"]))
     else:
         tail = run[run["time"] >= (1 - FINAL_FRACTION) * last["time"]]
-        trapped = ref["escapes"] and row["readout"] < cfg.trapped_readout_fraction * ref["readout"]
-        row.update(status="trapped" if trapped else "ok", final_test_loss=float(tail["test_loss"].mean()),
+        reason = trap_reason(row["readout"], ref, cfg)
+        row.update(status="trapped" if reason else "ok", trap_reason=reason, final_test_loss=float(tail["test_loss"].mean()),
                    final_infinite_prompt_risk=float(tail["infinite_prompt_risk"].mean()))
     row.update(escape_time=escape_time(run, ref["threshold"]), flow_escape_time=ref["escape_time"],
-               flow_readout=ref["readout"])
+               flow_readout=ref["readout"], flow_sharpness_growth=ref["drift"])
     return row
+
+
+def trap_reason(run_readout: float, ref: dict, cfg: SummarySettings) -> str:
+    """'' (not trapped), 'no readout' or 'drifting flow' (module docstring); only where the flow escapes."""
+    if not ref["escapes"]:
+        return ""
+    if run_readout < cfg.trapped_readout_fraction * ref["readout"]:
+        return "no readout"
+    return "drifting flow" if ref["drift"] > cfg.drift_sharpness_ratio else ""
 
 
 def seed_mean_change(trajectories: pd.DataFrame, ok: pd.DataFrame, window: float) -> float:
