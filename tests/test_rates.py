@@ -6,7 +6,8 @@ import pytest
 
 from largeprompt.pipeline import Runtime
 from largeprompt.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
-from largeprompt.stages.concentration import collect_errors, estimate_rates, prompt_length_grid, simulate_errors
+from largeprompt.stages.concentration import RateSettings, collect_errors, estimate_rates, prompt_length_grid, simulate_errors
+from largeprompt.stages.rate_tables import CURVE_POINTS, ERROR_METRICS, rate_rows
 from tolerance import assert_within, gamma
 
 CPU = Runtime(device="cpu")
@@ -49,6 +50,50 @@ def test_paper_form_fit_recovers_its_parameters():
     dy = gamma(6) * (1 + abs(np.log(c1)) + np.abs(np.log(np.log(ls.ravel()))) + c2 / s2.ravel() * np.log(ls.ravel()))
     coef_tol = np.linalg.norm(dy) / sv[-1] + 2 * (sv[0] / sv[-1]) * gamma(2 * ls.size) * np.hypot(np.log(c1), c2)
     assert_within(est, [c1, c2], [c1 * (coef_tol + gamma(2)), coef_tol], "(c₁, c₂)")
+
+
+def _synthetic_errors(c_values, lengths, reps=20):
+    """An error table with every metric c·n_r·L^{−0.6}, n_r a log-normal factor per repetition (Gaussian, σ² = c)."""
+    rng = np.random.default_rng(3)
+    frames = []
+    for c in c_values:
+        errors = c * rng.lognormal(size=(reps, 1)) * lengths ** -0.6  # [R, P]
+        frames.append(pd.DataFrame({"measure": "gaussian", "c": c, "sigma_sq": c, "prompt_length": np.tile(lengths, reps),
+                                    "repetition": np.repeat(np.arange(reps), len(lengths)),
+                                    **{column: errors.ravel() for column in ERROR_METRICS.values()}}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_figure_curves_are_rows_of_the_rate_table():
+    """The curves the figures draw are written by the stage (docs/experiments.md#output_concentration,
+    docs/experiments.md#rate_exponent), checked against their closed forms (rounding bounds from eps)."""
+    lengths = np.asarray(prompt_length_grid(4, 10, 1), dtype=float)
+    cfg = RateSettings(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
+    rates = rate_rows(_synthetic_errors([0.25, 0.5, 1.0], lengths), cfg, seed=1)
+    stats = rates[rates["quantity"] == "error_statistic"].set_index(["metric", "c", "statistic", "prompt_length"])["estimate"]
+    guides = rates[rates["quantity"] == "predicted_rate_guide"]
+    assert len(guides) == 3 * 3 * 2 * (len(lengths) - len(lengths) // 2)  # metric × c × (mean, median) × fitted L
+    for (metric, c, stat), guide in guides.groupby(["metric", "c", "statistic"]):
+        guide = guide.sort_values("prompt_length")
+        start = guide["prompt_length"].iloc[0]
+        assert start == guide["fit_min_prompt_length"].iloc[0] == lengths[upper_half(lengths)][0]
+        p = guide["predicted"].to_numpy()
+        assert np.all(p == (min(1.0, 1.0 / (2.0 * c)) if stat == "mean" else 1.0))
+        # statistic(L₀)·(L/L₀)^{−p} as exp(−p log(L/L₀)): the exponent's rounding is amplified by p·log(L/L₀)
+        log_ratio = np.log(guide["prompt_length"].to_numpy() / start)
+        expected = stats[(metric, c, stat, start)] * np.exp(-p * log_ratio)
+        assert_within(guide["estimate"], expected, gamma(6) * expected * (1 + p * log_ratio), f"guide {metric} c={c} {stat}")
+    curve = rates[rates["quantity"] == "predicted_exponent_curve"].sort_values("c")
+    grid = curve["c"].to_numpy()
+    assert len(curve) == CURVE_POINTS and grid[0] == 0.25 * 0.8 and grid[-1] == 1.0 * 1.25 and np.all(np.diff(grid) > 0)
+    expected = np.where(grid <= 0.5, 1.0, 0.5 / grid)  # min(1, 1/(2c))
+    assert_within(curve["estimate"], expected, gamma(2) * expected, "predicted exponent curve")
+    for metric in ERROR_METRICS:
+        c2 = rates[(rates["quantity"] == "paper_form_c2") & (rates["metric"] == metric)].iloc[0]
+        form = rates[(rates["quantity"] == "paper_form_exponent_curve") & (rates["metric"] == metric)].sort_values("c")
+        assert c2["c"] == 0.5 and np.array_equal(form["c"].to_numpy(), grid[grid >= 0.9 * c2["c"]])
+        for column in ("estimate", "ci_low", "ci_high", "predicted"):  # ĉ₂/c, one division; predicted c₂ = 1/2
+            assert_within(form[column] * form["c"], c2[column], 2 * gamma(1) * abs(c2[column]), f"{metric} {column}")
 
 
 def _sweep(tmp_path, c_values, measure="gaussian"):
@@ -104,3 +149,29 @@ def test_bounded_tokens_keep_rate_one_at_large_tilt(tmp_path):
     exps = rates[(rates["quantity"] == "exponent") & (rates["metric"] == "output") & (rates["statistic"] == "mean")]
     assert len(exps) == 2 and np.all(exps["predicted"] == 1.0)
     assert np.all(np.abs(exps["estimate"] - 1.0) <= 0.1), exps[["measure", "estimate"]]
+
+
+def test_slope_with_one_intercept_per_seed_recovers_a_common_slope():
+    """log gap = a_seed − 0.9 log L exactly: the fit returns −0.9 to rounding, whatever the seeds' intercepts."""
+    from largeprompt.rates import loglog_slope_by_group
+
+    lengths = np.array([20, 40, 80, 160] * 3, dtype=float)
+    seeds = np.repeat([1, 2, 3], 4)
+    gaps = np.exp(np.array([0.0, 1.5, -0.7])[seeds - 1]) * lengths**-0.9
+    fit = loglog_slope_by_group(lengths, gaps, seeds)
+    assert abs(fit["slope"] + 0.9) <= 64 * np.finfo(float).eps * np.log(160) * 12
+    assert fit["n_groups"] == 3 and fit["n_fitted"] == 12
+    # the 95% t-interval covers the true slope in 95% of noisy replications (binomial 5-sigma band over 2000)
+    rng = np.random.default_rng(0)
+    n, covered = 2000, 0
+    for _ in range(n):
+        fit = loglog_slope_by_group(lengths, gaps * np.exp(0.05 * rng.standard_normal(len(gaps))), seeds)
+        covered += fit["slope_lo"] < -0.9 < fit["slope_hi"]
+    assert abs(covered / n - 0.95) <= 5 * np.sqrt(0.95 * 0.05 / n)
+
+
+def test_slope_by_group_without_spare_degrees_of_freedom_has_no_interval():
+    from largeprompt.rates import loglog_slope_by_group
+
+    fit = loglog_slope_by_group([20, 40], [1.0, 0.5], [1, 1])
+    assert fit["slope"] == pytest.approx(-1.0) and np.isnan(fit["slope_lo"])

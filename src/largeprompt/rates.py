@@ -1,4 +1,5 @@
-"""Convergence rates of Monte Carlo errors in L, with bootstrap uncertainty (SPEC F4, §3.1 stage 4).
+"""Convergence rates of Monte Carlo errors in L, with bootstrap uncertainty (docs/theory.md#random-query-rate,
+docs/experiments.md#output_concentration).
 
 Errors arrive as a matrix ``errors [R, P]``: R independent repetitions (query + prompt), each seen
 at P nested prompt lengths. A *statistic* (mean or median over repetitions) is taken at every L and
@@ -15,7 +16,7 @@ STATISTICS = ("mean", "median")
 
 
 def predicted_exponent(c, measure: str = "gaussian") -> np.ndarray:
-    """p = min(1, 1/(2c)): the heuristic decay exponent of E‖T_L − T_∞‖² over random queries (SPEC F4).
+    """p = min(1, 1/(2c)): the heuristic decay exponent of E‖T_L − T_∞‖² over random queries (docs/theory.md#random-query-rate).
 
     The slow rate needs Gaussian tokens: there ρ(a) = e^{c‖g‖²} has a heavy tail over queries.
     For bounded tokens (Rademacher, uniform) ρ(a) ≤ e^{2‖a‖₁}, whose every moment over Gaussian queries is
@@ -28,7 +29,7 @@ def predicted_exponent(c, measure: str = "gaussian") -> np.ndarray:
 
 
 def paper_form_exponent(c2: float, sigma_sq) -> np.ndarray:
-    """The L-exponent c₂/σ² of the paper's bound form c₁ ln L / L^{c₂/σ²} (SPEC R2)."""
+    """The L-exponent c₂/σ² of the paper's bound form c₁ ln L / L^{c₂/σ²} (paper Prop. 3.1, docs/theory.md#random-query-rate)."""
     return c2 / np.asarray(sigma_sq, dtype=np.float64)
 
 
@@ -83,7 +84,7 @@ def percentile_ci(samples: np.ndarray, level: float = 0.95, axis: int = 0):
 
 
 def paper_form_design(prompt_lengths, sigma_sq):
-    """Design for log E = log c₁ + log ln L − (c₂/σ²) log L, linear in (log c₁, c₂) (SPEC R2 form).
+    """Design for log E = log c₁ + log ln L − (c₂/σ²) log L, linear in (log c₁, c₂) (paper Prop. 3.1 form).
 
     prompt_lengths [N], sigma_sq [N] (one entry per fitted (σ², L) cell) → (X [N, 2], offset [N]).
     """
@@ -129,3 +130,22 @@ def order_statistic_ci(sorted_values: np.ndarray, prob: float, level: float):
     lo_rank = int(stats.binom.ppf(0.5 * (1 - level), n, prob))
     hi_rank = int(stats.binom.ppf(1 - 0.5 * (1 - level), n, prob))
     return sorted_values[max(lo_rank - 1, 0)], sorted_values[min(hi_rank, n - 1)]
+
+
+def loglog_slope_by_group(lengths, gaps, groups, level: float = 0.95) -> dict:
+    """OLS fit log gap = a_g + slope·log L with one intercept per group (seed) and a common slope, with a
+    t-interval on the slope (n − #groups − 1 degrees of freedom); NaN bounds without spare degrees of freedom."""
+    x = np.log(np.asarray(lengths, float))
+    y = np.log(np.asarray(gaps, float))
+    labels, index = np.unique(np.asarray(groups), return_inverse=True)
+    design = np.column_stack([x, np.eye(len(labels))[index]])  # [n, 1 + G]
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    dof = len(x) - design.shape[1]
+    if dof <= 0 or np.linalg.matrix_rank(design) < design.shape[1]:
+        return {"slope": float(coef[0]), "slope_lo": np.nan, "slope_hi": np.nan, "intercept": float(coef[1:].mean()),
+                "n_fitted": len(x), "n_groups": len(labels)}
+    resid = y - design @ coef
+    cov = resid @ resid / dof * np.linalg.inv(design.T @ design)
+    half = stats.t.ppf(0.5 + level / 2, dof) * np.sqrt(cov[0, 0])
+    return {"slope": float(coef[0]), "slope_lo": float(coef[0] - half), "slope_hi": float(coef[0] + half),
+            "intercept": float(coef[1:].mean()), "n_fitted": len(x), "n_groups": len(labels)}

@@ -2,10 +2,11 @@
 docs/theory.md#trajectory-transfer).
 
 For the §6 transfer runs the flow from each seed's initial weights is integrated at the runs' own logged
-times. Per run, ``sup_distance`` = sup_t ‖θ_L(t) − θ_∞(t)‖; per (model, L, seed), the SGD-noise floor is
-sup_t ‖θ_L(t) − θ'_L(t)‖ between the two batch streams of the same seed (the same L and init). A slope
-over L is fitted only to points whose gap exceeds ``floor_factor`` × its floor. The reduced model's
-runs (their own stage) enter the same tables.
+times. Per run, ``sup_distance`` = sup_t ‖θ_L(t) − θ_∞(t)‖. The SGD-noise floor at (model, L) is
+sup_t ‖θ_L(t) − θ'_L(t)‖ between the two batch streams of a replicate seed (the same L and init); seeds
+without a replicate use the mean floor of the replicate seeds at that (model, L). The slope over L is a
+least-squares fit of log sup_distance on log L with one intercept per seed, over the points whose gap
+exceeds ``floor_factor`` × their floor. The reduced model's runs (their own stage) enter the same tables.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..dynamics import full_model_flow
 from ..icl import regression_task
 from ..parquet_io import read_parquet, write_parquet
 from ..provenance import provenance
-from ..rates import loglog_slope
+from ..rates import loglog_slope_by_group
 from ..training import initial_parameters
 
 KEYS = ["model", "prompt_length", "seed"]
@@ -47,16 +48,22 @@ def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict) -> pd.D
         if len(other) == len(shared):
             floor = np.linalg.norm(shared[cols].to_numpy() - other[cols].to_numpy(), axis=1).max()
         rows.append({"experiment": "full_model", "model": model, "prompt_length": int(L), "seed": int(seed),
-                     "sup_distance": float(gap), "noise_floor": float(floor),
+                     "sup_distance": float(gap), "own_noise_floor": float(floor),
                      "status": "diverged" if (g["status"] == "diverged").any() else "ok"})
-    return pd.DataFrame(rows)
+    gaps = pd.DataFrame(rows)
+    if gaps.empty:
+        return gaps.assign(noise_floor=[])
+    shared_floor = gaps.groupby(["model", "prompt_length"])["own_noise_floor"].transform("mean")
+    gaps["noise_floor"] = gaps["own_noise_floor"].fillna(shared_floor)
+    return gaps
 
 
 def reduced_gaps(reduced: pd.DataFrame) -> pd.DataFrame:
     """The reduced model's sup-distance per (L, seed) (its whole run is the horizon); floor not measured."""
     reduced = reduced[reduced["prompt_length"] > 0]
     rows = [{"experiment": "reduced_model", "model": "softmax", "prompt_length": int(L), "seed": int(s),
-             "sup_distance": float(g["distance_to_flow"].max()), "noise_floor": np.nan, "status": "ok"}
+             "sup_distance": float(g["distance_to_flow"].max()), "own_noise_floor": np.nan, "noise_floor": np.nan,
+             "status": "ok"}
             for (L, s), g in reduced.groupby(["prompt_length", "seed"])]
     return pd.DataFrame(rows)
 
@@ -71,9 +78,7 @@ def slopes(gaps: pd.DataFrame, floor_factor: float) -> pd.DataFrame:
                "fit_min_prompt_length": above["prompt_length"].min() if len(above) else np.nan,
                "fit_max_prompt_length": above["prompt_length"].max() if len(above) else np.nan}
         if above["prompt_length"].nunique() >= 2:
-            fit = loglog_slope(above["prompt_length"], above["sup_distance"])
-            fit.pop("n_points")  # the row already counts every ok point and those above the floor
-            row.update(fit)
+            row.update(loglog_slope_by_group(above["prompt_length"], above["sup_distance"], above["seed"]))
         rows.append(row)
         print(f"{experiment} {model}: {row.get('slope', np.nan):.3f} [{row.get('slope_lo', np.nan):.3f}, "
               f"{row.get('slope_hi', np.nan):.3f}] over {len(above)}/{len(g)} points above {floor_factor}× floor")
