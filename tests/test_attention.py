@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from tolerance import assert_within, attention_tolerance, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 from largeprompt.attention import (
     finite_prompt_attention,
@@ -19,6 +18,7 @@ from largeprompt.attention import (
 )
 from largeprompt.fluctuations import gaussian_asymptotic_covariance, leading_bias
 from largeprompt.measures import Gaussian, Rademacher, Uniform, toeplitz_covariance
+from tolerance import assert_within, attention_tolerance, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 F64 = torch.float64
 

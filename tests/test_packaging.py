@@ -47,3 +47,24 @@ def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
     test_cmd = next(c for c in commands if "pytest" in c and "venv" in c)
     assert test_cmd.strip() in ci
+
+
+def test_code_fingerprints_ignore_comments_and_docstrings_but_not_code(tmp_path):
+    from largeprompt.pipeline import code_fingerprint
+
+    a = tmp_path / "a.py"
+    a.write_text('"""Doc."""\nimport math\n\n\ndef f(x):\n    """Doc."""\n    return math.sqrt(x)  # root\n')
+    b = tmp_path / "b.py"
+    b.write_text('"""Another doc."""\nimport math\n\n# a comment\ndef f(x):\n    return math.sqrt(x)\n')
+    c = tmp_path / "c.py"
+    c.write_text('"""Doc."""\nimport math\n\n\ndef f(x):\n    """Doc."""\n    return math.sqrt(x) + 0\n')
+    assert code_fingerprint(a) == code_fingerprint(b) != code_fingerprint(c)
+
+
+def test_ruff_is_clean():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "workflow/scripts"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -144,27 +144,39 @@ def test_editing_a_library_module_reruns_exactly_the_stages_that_import_it(smoke
     work, _, _ = smoke_run
     module = work / "src" / "largeprompt" / "measures.py"
     original = module.read_text()
-    module.write_text(original + "\n# an edit\n")
+    module.write_text(original + "\n_AN_EDIT = 1\n")
     try:
         output = dry_run(work)
     finally:
         module.write_text(original)
-    direct = reason_rules(output, "updated input files")
+    direct = reason_rules(output, "params have changed since last execution")
     assert {"simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train", "train_transfer",
             "full_model_flow", "make_icl_test_set", "bayes_risk", "summarize_training", "trajectory_gap"} <= direct
     assert "make_queries" not in direct and not any(r.startswith("plot_") for r in direct)
-    assert job_counts(dry_run(work)) == {}  # same content again: nothing to do
+    assert "code:largeprompt/measures.py=" in output  # the reason names the module
+    assert job_counts(dry_run(work)) == {}  # same code again: nothing to do
+
+
+def test_editing_only_comments_and_docstrings_reruns_nothing(smoke_run):
+    work, _, _ = smoke_run
+    module = work / "src" / "largeprompt" / "measures.py"
+    original = module.read_text()
+    module.write_text('"""A reworded module docstring."""\n' + original.split('"""', 2)[2] + "\n# a comment\n")
+    try:
+        assert job_counts(dry_run(work)) == {}
+    finally:
+        module.write_text(original)
 
 
 def test_editing_a_plotting_module_redraws_only_its_figure(smoke_run):
     work, _, _ = smoke_run
     module = work / "src" / "largeprompt" / "plots" / "affine_limit.py"
     original = module.read_text()
-    module.write_text(original + "\n# a style edit\n")
+    module.write_text(original + "\nLINE_WIDTH = 1.5  # a style edit\n")
     try:
         assert set(job_counts(dry_run(work))) == {"plot_affine_limit", "all"}
     finally:
-        module.write_text(original)  # same content again: Snakemake's checksum sees no change
+        module.write_text(original)  # the same code again: nothing to redraw
     assert job_counts(dry_run(work)) == {}
 
 

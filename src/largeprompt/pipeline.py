@@ -4,14 +4,16 @@ the library sources behind each script, and the run-time keys that never change 
 * :func:`settings` turns config keys into ``params:`` entries whose recorded form is
   ``train.lr=0.25``, so a changed value reruns exactly the jobs that use it and Snakemake's
   rerun reason names the key ("before: train.lr=0.25 now: train.lr=0.2").
-* :func:`library_sources` lists the ``src/largeprompt`` modules a workflow script imports,
-  directly or through other modules; rules take them as inputs, so editing a module reruns
-  exactly the stages that use it.
+* :func:`code_settings` fingerprints the ``src/largeprompt`` modules a workflow script imports,
+  directly or through other modules (:func:`library_sources`), as ``params:`` entries: editing the
+  code of a module reruns exactly the stages that use it, and Snakemake's reason names the module;
+  editing a comment or a docstring reruns nothing (the fingerprint is of the syntax tree without them).
 * :func:`stage_params` rebuilds the nested config mapping a stage reads from those entries.
 """
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 from dataclasses import dataclass, fields
@@ -73,10 +75,13 @@ def settings(config: dict, *keys: str, exclude: tuple[str, ...] = ()) -> dict[st
 
 
 def stage_params(params: dict) -> dict:
-    """Plain params for a stage: :class:`Setting` entries nested back under their dotted keys."""
+    """Plain params for a stage: :class:`Setting` entries nested back under their dotted keys; code
+    fingerprints (keys ``code:<module>``) under ``code``."""
     out: dict = {}
     for name, value in params.items():
-        if isinstance(value, Setting):
+        if isinstance(value, Setting) and value.key.startswith(CODE_PREFIX):
+            out.setdefault("code", {})[value.key[len(CODE_PREFIX):]] = value.value
+        elif isinstance(value, Setting):
             node = out
             *parents, last = value.key.split(".")
             for part in parents:
@@ -146,6 +151,34 @@ def library_sources(script: str | os.PathLike, relative_to: str | os.PathLike | 
             todo.append(found)
     root = Path(relative_to or os.getcwd()).resolve()
     return sorted(os.path.relpath(p, root) for p in seen)
+
+
+CODE_PREFIX = "code:"
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_fingerprint(path: str | os.PathLike) -> str:
+    """A hash of a module's syntax tree without docstrings (comments never reach it): 12 hex digits."""
+    tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=str(path)))
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:12]
+
+
+def code_settings(script: str | os.PathLike) -> dict[str, Setting]:
+    """``params:`` entries ``code:<module>=<fingerprint>`` for the script and every library module it imports."""
+    out = {}
+    for path in [Path(script).resolve()] + [Path("/", p) for p in library_sources(script, relative_to="/")]:
+        name = path.relative_to(PACKAGE_DIR).as_posix() if PACKAGE_DIR in path.parents else f"workflow/scripts/{path.name}"
+        name = name if name.startswith("workflow/") else f"largeprompt/{name}"
+        out["code__" + re.sub(r"\W", "_", name)] = Setting(CODE_PREFIX + name, code_fingerprint(path))
+    return out
 
 
 @dataclass(frozen=True)

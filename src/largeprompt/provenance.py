@@ -1,4 +1,4 @@
-"""Provenance recorded in every Parquet file (SPEC §5): config values, seed, versions, git commit."""
+"""Provenance recorded in every Parquet file (docs/experiments.md#configurations): config values, seed, versions, git commit."""
 from __future__ import annotations
 
 import functools
@@ -6,12 +6,13 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 TRACKED_PACKAGES = ("largeprompt", "numpy", "torch", "pandas", "pyarrow", "scipy", "snakemake")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in TRACKED_PACKAGES:
@@ -22,7 +23,7 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_commit(path: str | None = None) -> str:
     """HEAD of the repository holding ``path`` (default: the working directory, where Snakemake runs the
     workflow) with '-dirty' if tracked files changed; 'unknown' outside git."""
@@ -62,8 +63,8 @@ def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_see
         from .devices import resolve_device
 
         record["runtime"] = dict(runtime.__dict__, resolved_device=str(resolve_device(runtime.device)))
-    from .autotune import tiles_used
-
-    # the attention tiles this process used (they set the round-off; largeprompt.autotune fixes them per machine)
-    record["kernel_tiles"] = tiles_used()
+    # The attention tiles this process used (they set the round-off; largeprompt.autotune fixes them per
+    # machine). Looked up, not imported: a stage that never ran the attention kernel does not depend on it.
+    autotune = sys.modules.get("largeprompt.autotune")
+    record["kernel_tiles"] = autotune.tiles_used() if autotune is not None else {}
     return record

@@ -1,4 +1,4 @@
-"""Logging, progress bars and thread control for pipeline stages (SPEC §3.1, §5).
+"""Logging, progress bars and thread control for pipeline stages (README.md, "The pipeline").
 
 A Snakemake script calls :func:`run_stage`; by hand, call the stage function directly.
 """
@@ -51,7 +51,7 @@ def keep_freed_memory() -> bool:
 
     The hot loops allocate same-sized batch tensors of a few MB every step; by default glibc
     serves each from a fresh mmap and pays the page faults again, which measured as ≈ 40% of a
-    training step (SPEC §4). Raising M_MMAP_THRESHOLD and M_TRIM_THRESHOLD keeps them in the heap.
+    training step (README.md, "Performance"). Raising M_MMAP_THRESHOLD and M_TRIM_THRESHOLD keeps them in the heap.
     Returns whether the settings took effect.
     """
     try:
@@ -81,14 +81,15 @@ def run_stage(smk, stage: Callable) -> None:
     and the command that rebuilds it (no traceback).
     """
     params = plain(stage_params(dict(smk.params.items())))
-    inputs = {k: v for k, v in smk.input.items() if k != "code"}  # library sources: rerun triggers only
+    inputs = dict(smk.input.items())
     runtime = runtime_settings(smk)
     kwargs = {"runtime": runtime} if "runtime" in inspect.signature(stage).parameters else {}
     with stage_log(smk.log[0] if smk.log else None):
         set_threads(runtime.threads)
         keep_freed_memory()
         print(f"rule {smk.rule}: {runtime}")
-        print("params: " + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
+        print("params: " + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()) if k != "code"))
+        print("code: " + ", ".join(f"{k}={v}" for k, v in sorted(params.get("code", {}).items())))
         try:
             stage(inputs=inputs, outputs=dict(smk.output.items()), params=params, rule=smk.rule, **kwargs)
         except ResultFileError as err:

@@ -5,7 +5,6 @@
 rule simulate_affine_limit:
     input:
         queries=results("data/queries.parquet"),
-        code=code("simulate_affine_limit.py"),
     output:
         result=results("affine_limit/affine_limit.parquet"),
     log:
@@ -17,6 +16,7 @@ rule simulate_affine_limit:
         mem_mb=2000,
         runtime=30,
     params:
+        **code("simulate_affine_limit.py"),
         **cfg("seed", "dtype", "affine_limit"),
     script:
         "../scripts/simulate_affine_limit.py"

@@ -3,8 +3,6 @@
 
 
 rule simulate_fixed_query_bounds:
-    input:
-        code=code("simulate_fixed_query_bounds.py"),
     output:
         result=results("bounds/fixed_query_bounds.parquet"),
     log:
@@ -16,6 +14,7 @@ rule simulate_fixed_query_bounds:
         mem_mb=1500,
         runtime=60,
     params:
+        **code("simulate_fixed_query_bounds.py"),
         **cfg(
             "seed",
             "dtype",

@@ -3,7 +3,7 @@
 import os
 
 from largeprompt.config import ConfigError, check_config
-from largeprompt.pipeline import library_sources, settings
+from largeprompt.pipeline import code_settings, settings
 from largeprompt.schedules import estimated_steps
 from largeprompt.training import estimated_runtime_minutes
 
@@ -42,10 +42,10 @@ def cfg(*keys):
 
 
 def code(script):
-    """The library modules behind a workflow script: inputs, so editing one reruns its stages."""
-    return library_sources(
-        os.path.join(workflow.basedir, "workflow", "scripts", script)
-    )
+    """``params:`` fingerprints of a workflow script and the library modules it imports (unpack with
+    ``**``): editing their code reruns exactly the stages that use them; comments and docstrings do not.
+    """
+    return code_settings(os.path.join(workflow.basedir, "workflow", "scripts", script))
 
 
 def training_runtime(prompt_length):

@@ -4,8 +4,6 @@
 
 
 rule simulate_errors:
-    input:
-        code=code("simulate_errors.py"),
     output:
         result=results("concentration/errors/{measure}/c{c}.parquet"),
     log:
@@ -20,6 +18,7 @@ rule simulate_errors:
         mem_mb=1500,
         runtime=60,
     params:
+        **code("simulate_errors.py"),
         **cfg(
             "seed",
             "dtype",
@@ -40,7 +39,6 @@ rule simulate_errors:
 rule collect_errors:
     input:
         jobs=error_jobs(),
-        code=code("collect_errors.py"),
     output:
         output_errors=results("concentration/output_errors.parquet"),
         gradient_errors=results("concentration/gradient_errors.parquet"),
@@ -52,6 +50,8 @@ rule collect_errors:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        **code("collect_errors.py"),
     script:
         "../scripts/collect_errors.py"
 
@@ -60,7 +60,6 @@ rule estimate_rates:
     input:
         output_errors=results("concentration/output_errors.parquet"),
         gradient_errors=results("concentration/gradient_errors.parquet"),
-        code=code("estimate_rates.py"),
     output:
         rates=results("concentration/rates.parquet"),
     log:
@@ -72,6 +71,7 @@ rule estimate_rates:
         mem_mb=3000,
         runtime=20,
     params:
+        **code("estimate_rates.py"),
         **cfg(
             "seed",
             "bounds.dim",

@@ -3,8 +3,6 @@
 
 
 rule make_queries:
-    input:
-        code=code("make_queries.py"),
     output:
         queries=results("data/queries.parquet"),
     log:
@@ -16,6 +14,7 @@ rule make_queries:
         mem_mb=1000,
         runtime=5,
     params:
+        **code("make_queries.py"),
         **cfg("affine_limit.ray"),
     script:
         "../scripts/make_queries.py"
@@ -23,8 +22,6 @@ rule make_queries:
 
 # Nested prompts at the largest training L: adding a shorter L reruns nothing here.
 rule make_icl_test_set:
-    input:
-        code=code("make_icl_test_set.py"),
     output:
         test_set=results("data/icl_test.parquet"),
     log:
@@ -36,6 +33,7 @@ rule make_icl_test_set:
         mem_mb=2000,
         runtime=5,
     params:
+        **code("make_icl_test_set.py"),
         **cfg("seed", "icl"),
         max_prompt_length=longest_prompt(),
     script:
@@ -45,7 +43,6 @@ rule make_icl_test_set:
 rule bayes_risk:
     input:
         test_set=results("data/icl_test.parquet"),
-        code=code("bayes_risk.py"),
     output:
         bayes_risk=results("data/bayes_risk.parquet"),
     log:
@@ -57,6 +54,7 @@ rule bayes_risk:
         mem_mb=2000,
         runtime=5,
     params:
+        **code("bayes_risk.py"),
         **cfg("icl", "train.prompt_lengths"),
     script:
         "../scripts/bayes_risk.py"

@@ -5,7 +5,6 @@
 rule plot_affine_limit:
     input:
         result=results("affine_limit/affine_limit.parquet"),
-        code=code("plot_affine_limit.py"),
     output:
         pdf=figures("affine_limit.pdf"),
         png=report(
@@ -21,6 +20,8 @@ rule plot_affine_limit:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_affine_limit.py"),
     script:
         "../scripts/plot_affine_limit.py"
 
@@ -28,7 +29,6 @@ rule plot_affine_limit:
 rule plot_output_concentration:
     input:
         rates=results("concentration/rates.parquet"),
-        code=code("plot_output_concentration.py"),
     output:
         pdf=figures("output_concentration.pdf"),
         png=report(
@@ -44,6 +44,8 @@ rule plot_output_concentration:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_output_concentration.py"),
     script:
         "../scripts/plot_output_concentration.py"
 
@@ -51,7 +53,6 @@ rule plot_output_concentration:
 rule plot_gradient_concentration:
     input:
         rates=results("concentration/rates.parquet"),
-        code=code("plot_gradient_concentration.py"),
     output:
         pdf=figures("gradient_concentration.pdf"),
         png=report(
@@ -67,6 +68,8 @@ rule plot_gradient_concentration:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_gradient_concentration.py"),
     script:
         "../scripts/plot_gradient_concentration.py"
 
@@ -74,7 +77,6 @@ rule plot_gradient_concentration:
 rule plot_rate_exponent:
     input:
         rates=results("concentration/rates.parquet"),
-        code=code("plot_rate_exponent.py"),
     output:
         pdf=figures("rate_exponent.pdf"),
         png=report(
@@ -90,6 +92,8 @@ rule plot_rate_exponent:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_rate_exponent.py"),
     script:
         "../scripts/plot_rate_exponent.py"
 
@@ -97,7 +101,6 @@ rule plot_rate_exponent:
 rule plot_fixed_query_bound:
     input:
         result=results("bounds/fixed_query_bounds.parquet"),
-        code=code("plot_fixed_query_bound.py"),
     output:
         pdf=figures("fixed_query_bound.pdf"),
         png=report(
@@ -113,6 +116,8 @@ rule plot_fixed_query_bound:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_fixed_query_bound.py"),
     script:
         "../scripts/plot_fixed_query_bound.py"
 
@@ -120,7 +125,6 @@ rule plot_fixed_query_bound:
 rule plot_balanced_flow:
     input:
         flow=results("infinite/balanced_flow.parquet"),
-        code=code("plot_balanced_flow.py"),
     output:
         pdf=figures("balanced_flow.pdf"),
         png=report(
@@ -136,6 +140,8 @@ rule plot_balanced_flow:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_balanced_flow.py"),
     script:
         "../scripts/plot_balanced_flow.py"
 
@@ -145,7 +151,6 @@ rule plot_training_vs_prompt_length:
         runs=results("summary/training_runs.parquet"),
         summary=results("summary/training_prompt_lengths.parquet"),
         bayes_risk=results("data/bayes_risk.parquet"),
-        code=code("plot_training_vs_prompt_length.py"),
     output:
         pdf=figures("training_vs_prompt_length.pdf"),
         png=report(
@@ -161,6 +166,8 @@ rule plot_training_vs_prompt_length:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_training_vs_prompt_length.py"),
     script:
         "../scripts/plot_training_vs_prompt_length.py"
 
@@ -171,7 +178,6 @@ rule plot_trajectory_transfer:
         flows=full_model_flows(),
         gaps=results("infinite/trajectory_gaps.parquet"),
         slopes=results("infinite/trajectory_slopes.parquet"),
-        code=code("plot_trajectory_transfer.py"),
     output:
         pdf=figures("trajectory_transfer.pdf"),
         png=report(
@@ -187,5 +193,7 @@ rule plot_trajectory_transfer:
     resources:
         mem_mb=2000,
         runtime=5,
+    params:
+        **code("plot_trajectory_transfer.py"),
     script:
         "../scripts/plot_trajectory_transfer.py"

@@ -3,8 +3,6 @@
 
 
 rule full_model_flow:
-    input:
-        code=code("full_model_flow.py"),
     output:
         flow=results("infinite/full_model_seed{seed}.parquet"),
     log:
@@ -18,6 +16,7 @@ rule full_model_flow:
         mem_mb=1000,
         runtime=20,
     params:
+        **code("full_model_flow.py"),
         **cfg(
             "seed",
             *ICL_TASK,
@@ -32,8 +31,6 @@ rule full_model_flow:
 
 
 rule balanced_flow:
-    input:
-        code=code("balanced_flow.py"),
     output:
         flow=results("infinite/balanced_flow.parquet"),
     log:
@@ -45,6 +42,7 @@ rule balanced_flow:
         mem_mb=1000,
         runtime=5,
     params:
+        **code("balanced_flow.py"),
         **cfg(
             "icl.dim",
             "icl.covariance_rho",
@@ -57,8 +55,6 @@ rule balanced_flow:
 
 
 rule reduced_model:
-    input:
-        code=code("reduced_model.py"),
     output:
         result=results("infinite/reduced_model.parquet"),
     log:
@@ -70,6 +66,7 @@ rule reduced_model:
         mem_mb=2000,
         runtime=10,
     params:
+        **code("reduced_model.py"),
         **cfg("seed", "infinite.reduced_model"),
     script:
         "../scripts/reduced_model.py"
@@ -81,7 +78,6 @@ rule trajectory_gap:
     input:
         trajectories=transfer_trajectories(),
         reduced=results("infinite/reduced_model.parquet"),
-        code=code("trajectory_gap.py"),
     output:
         gaps=results("infinite/trajectory_gaps.parquet"),
         slopes=results("infinite/trajectory_slopes.parquet"),
@@ -94,6 +90,7 @@ rule trajectory_gap:
         mem_mb=2000,
         runtime=10,
     params:
+        **code("trajectory_gap.py"),
         **cfg(
             "seed",
             *ICL_TASK,

@@ -7,7 +7,6 @@ rule train:
     input:
         test_set=results("data/icl_test.parquet"),
         flows=full_model_flows(),
-        code=code("train.py"),
     output:
         trajectories=results("train/L{L}.parquet"),
     log:
@@ -21,6 +20,7 @@ rule train:
         mem_mb=2000,
         runtime=lambda w: training_runtime(int(w.L)),
     params:
+        **code("train.py"),
         **cfg("seed", *ICL_TASK, *TRAIN_RUNS),
         prompt_length=lambda w: int(w.L),
         checkpoint=lambda w: results(f"checkpoints/train/L{w.L}.pt"),
@@ -34,7 +34,6 @@ rule summarize_training:
         trajectories=training_trajectories(),
         flows=full_model_flows(),
         bayes_risk=results("data/bayes_risk.parquet"),
-        code=code("summarize_training.py"),
     output:
         runs=results("summary/training_runs.parquet"),
         prompt_lengths=results("summary/training_prompt_lengths.parquet"),
@@ -47,6 +46,7 @@ rule summarize_training:
         mem_mb=2000,
         runtime=5,
     params:
+        **code("summarize_training.py"),
         **cfg(
             *ICL_TASK,
             "train.trapped_readout_fraction",
@@ -62,7 +62,6 @@ rule summarize_training:
 rule train_transfer:
     input:
         test_set=results("data/icl_test.parquet"),
-        code=code("train_transfer.py"),
     output:
         trajectories=results("transfer/L{L}.parquet"),
     log:
@@ -76,6 +75,7 @@ rule train_transfer:
         mem_mb=2000,
         runtime=lambda w: transfer_runtime(int(w.L)),
     params:
+        **code("train_transfer.py"),
         **cfg(
             "seed",
             *ICL_TASK,

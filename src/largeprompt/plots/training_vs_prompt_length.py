@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..parquet_io import read_parquet
-from .style import THEORY_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure
 
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
 
@@ -47,7 +47,7 @@ def _loss_panel(ax, runs, table, bayes):
     valid = lin[lin["softmax_theory_valid"]]
     ax.plot(valid["prompt_length"], valid["softmax_leading_order_risk"], color="tab:red", linestyle="--", linewidth=1.1,
             label=r"softmax optimum $\sigma^2 + f(\alpha^*)/L$ (leading order)")
-    ax.axhline(float(table["noise_variance"].iloc[0]), label=r"noise floor $\sigma^2$", **THEORY_STYLE)
+    ax.axhline(float(table["noise_variance"].iloc[0]), label=r"noise floor $\sigma^2$", **REFERENCE_STYLE)
     for L, g in table.groupby("prompt_length"):
         trapped = int(g["n_trapped"].sum())
         if trapped:

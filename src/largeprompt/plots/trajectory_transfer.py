@@ -8,7 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import THEORY_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure
 
 EXPERIMENTS = {
     ("reduced_model", "softmax"): ("reduced $(v, A)$ softmax model", "tab:purple", "o"),
@@ -25,7 +25,7 @@ def _risk_panel(ax, runs, flows):
         ax.plot(g["time"], g["test_loss"], color=palette[L], linewidth=0.9, alpha=0.8,
                 label=f"L = {L}" if seed == runs["seed"].min() else None)
     for seed, f in flows[flows["time"] > 0].groupby("seed"):
-        style = dict(THEORY_STYLE, linestyle=[":", "--", "-."][int(seed) % 3], linewidth=1.1)
+        style = dict(REFERENCE_STYLE, linestyle=[":", "--", "-."][int(seed) % 3], linewidth=1.1)
         ax.plot(f["time"], f["infinite_prompt_risk"], label=f"$L=\\infty$ flow, seed {seed}", **style)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -73,7 +73,7 @@ def _gap_panel(ax, gaps, slopes):
         grid = np.geomspace(f["fit_min_prompt_length"], f["fit_max_prompt_length"], 20)
         mid = np.sqrt(grid[0] * grid[-1])
         y_mid = np.exp(f["intercept"]) * mid ** f["slope"]
-        ax.plot(grid, y_mid * mid / grid * 0.5, label=r"slope $-1$ (theory: $O(1/L)$)", **THEORY_STYLE)
+        ax.plot(grid, y_mid * mid / grid * 0.5, label=r"slope $-1$ (theory: $O(1/L)$)", **REFERENCE_STYLE)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
