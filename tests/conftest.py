@@ -1,12 +1,11 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-from largeprompt.bench import copy_worktree
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,5 +37,29 @@ def run(cmd, cwd, timeout=600, check=True, env=None):
 
 
 def copy_repo(dest: Path) -> Path:
-    """A copy of the repository's shipped files (no results, logs or venv) in ``dest``."""
-    return copy_worktree(REPO, dest)
+    """A copy of the repository's shipped files (no results, logs or venv) in ``dest``: the files git would
+    ship from REPO, tracked or untracked but not ignored."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+SMOKE = "config/smoke.yaml"
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The smoke DAG, built once per session in a copy of the repository (its own git repo), and the default
+    run's dry run taken before it. The pipeline, report and SLURM tests read it; a test that changes the tree
+    puts it back."""
+    work = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    before = run(snakemake_cmd("-n"), cwd=work)
+    proc = run(snakemake_cmd("--cores", "2", "--configfile", SMOKE), cwd=work, timeout=1200)
+    return work, proc, before.stdout + before.stderr

@@ -122,7 +122,7 @@ def _run_stages(tmp_path):
         {}, {"result": tmp_path / "f.parquet"},
         {"seed": 1, "dtype": "float64", "bounds": {"chunk_size": 16, "ci_level": 0.95, "fixed_query": dict(
             dim=2, rho=0.5, kappas=[0.25], log2_min_prompt_length=3, log2_max_prompt_length=6, n_repetitions=40,
-            repetition_block=20, deltas=[0.1], n_f2_draws=200)}},
+            repetition_block=20, deltas=[0.1], n_limit_law_draws=200)}},
         runtime=CPU,
     )
     out["fixed_query"] = pd.read_parquet(tmp_path / "f.parquet")

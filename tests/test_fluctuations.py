@@ -67,7 +67,7 @@ def test_general_covariance_reduces_to_gaussian_formula():
 
 
 @pytest.mark.parametrize("name", ["gaussian", "rademacher", "uniform"])
-def test_f2_covariance_matches_monte_carlo(name):
+def test_delta_method_covariance_matches_monte_carlo(name):
     """L·Cov(T_L) → C: entrywise within 5 Monte Carlo SE plus an O(1/L) finite-L allowance of 3·max|C|/L."""
     if name == "gaussian":
         measure, cov, a, value = _gaussian_setup(0.5)
@@ -76,7 +76,7 @@ def test_f2_covariance_matches_monte_carlo(name):
         a = torch.tensor([0.6, -0.4], dtype=F64)
         value = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=F64)
     L, R = 1024, 6000
-    err = _finite_outputs(measure, a, value, L, R, f"test/f2cov/{name}") * math.sqrt(L)  # [R, Dout]
+    err = _finite_outputs(measure, a, value, L, R, f"test/delta_method_covariance/{name}") * math.sqrt(L)  # [R, Dout]
     centred = err - err.mean(0)
     prods = centred.unsqueeze(-1) * centred.unsqueeze(-2)  # [R, Dout, Dout]
     emp, se = prods.mean(0), prods.std(0) / math.sqrt(R)
@@ -88,12 +88,12 @@ def test_f2_covariance_matches_monte_carlo(name):
     assert torch.any((emp - naive).abs() > slack)
 
 
-def test_f2_bias_matches_monte_carlo():
+def test_delta_method_bias_matches_monte_carlo():
     """E T_L − T_∞ = −(e^κ/L) V S a + O(L⁻²): mean error within 5 SE of the leading bias, plus 5% of it for the
     O(L⁻²) remainder at L = 256."""
     measure, cov, a, value = _gaussian_setup(1.0)
     L, R = 256, 30000
-    err = _finite_outputs(measure, a, value, L, R, "test/f2bias")  # [R, Dout]
+    err = _finite_outputs(measure, a, value, L, R, "test/leading_bias")  # [R, Dout]
     emp, se = err.mean(0), err.std(0) / math.sqrt(R)
     bias = leading_bias(a, measure, value, L)
     # e^{K(2a) − 2K(a)} against e^{aᵀSa} = e (aᵀSa = 1 up to rounding of a's scaling), then V times Δ = S a
@@ -132,7 +132,7 @@ def test_rigorous_bound_holds_at_its_confidence(tmp_path):
     """docs/theory.md#fixed-query-bound: P(‖T_L − T_∞‖ > B) ≤ δ on every cell, up to 4 binomial SE; the empirical
     quantile stays below B."""
     fixed_query = dict(dim=2, rho=0.5, kappas=[0.25, 2.25], log2_min_prompt_length=4, log2_max_prompt_length=10,
-                       n_repetitions=3000, repetition_block=1000, deltas=[0.1, 0.01], n_f2_draws=20000)
+                       n_repetitions=3000, repetition_block=1000, deltas=[0.1, 0.01], n_limit_law_draws=20000)
     params = dict(seed=11, dtype="float64", bounds=dict(chunk_size=1024, ci_level=0.95, fixed_query=fixed_query))
     out = tmp_path / "fq.parquet"
     simulate_fixed_query_bounds({}, {"result": str(out)}, params, runtime=Runtime(device="cpu"))
@@ -145,4 +145,13 @@ def test_rigorous_bound_holds_at_its_confidence(tmp_path):
     # The Gaussian limit law describes the quantile once L e^{-κ} is large: within 15% at κ = 0.25, L = 2^10
     # (a modelling margin for the finite-L departure, not a floating-point tolerance).
     last = frame[(frame["kappa"] == 0.25) & (frame["prompt_length"] == 1024)]
-    assert np.allclose(last["empirical_quantile"], last["f2_quantile"], rtol=0.15)
+    assert np.allclose(last["empirical_quantile"], last["delta_method_quantile"], rtol=0.15)
+    # The figure's columns: the δ-method RMS √(tr C/L), e^κ, and quantiles divided by the RMS (a few roundings each).
+    rms = np.sqrt(frame["trace_c"] / frame["prompt_length"])
+    assert_within(frame["delta_method_rms"], rms, gamma(3) * rms, "δ-method RMS")
+    assert_within(frame["unit_effective_prompt_length"], np.exp(frame["kappa"]), gamma(2) * np.exp(frame["kappa"]), "e^κ")
+    for name, column in (("normalised_quantile", "empirical_quantile"), ("normalised_quantile_ci_low", "quantile_ci_low"),
+                         ("normalised_quantile_ci_high", "quantile_ci_high"), ("normalised_delta_method_quantile", "delta_method_quantile")):
+        assert_within(frame[name] * frame["delta_method_rms"], frame[column], gamma(4) * frame[column], name)
+    law = frame.groupby(["kappa", "delta"])["normalised_delta_method_quantile"]  # ‖N(0, C)‖-quantile / √tr C: no L (5 roundings each)
+    assert_within(law.max() - law.min(), 0.0, gamma(10) * law.max(), "δ-method quantile / RMS across L")

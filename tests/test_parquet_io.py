@@ -1,4 +1,4 @@
-"""Parquet results: provenance, atomic writes, clear errors, `largeprompt inspect` (SPEC §5)."""
+"""Parquet results: provenance, atomic writes, clear errors, `largeprompt inspect` (README.md, "Reading the cached results")."""
 import subprocess
 import sys
 

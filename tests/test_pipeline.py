@@ -15,10 +15,9 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from conftest import copy_repo, run, snakemake_cmd
+from conftest import SMOKE, run, snakemake_cmd
 
 pytestmark = pytest.mark.pipeline
-SMOKE = "config/smoke.yaml"
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -46,15 +45,6 @@ def dry_run(work, *args, config=SMOKE):
     extra = ("--configfile", config) if config else ()
     proc = run(snakemake_cmd("-n", *extra, *args), cwd=work)
     return proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    work = copy_repo(tmp_path_factory.mktemp("pipeline") / "repo")
-    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-    default_before = dry_run(work, config=None)
-    proc = run(snakemake_cmd("--cores", "2", "--configfile", SMOKE), cwd=work, timeout=900)
-    return work, proc, default_before
 
 
 def test_smoke_dag_runs_end_to_end_into_its_own_run(smoke_run):

@@ -131,7 +131,7 @@ def bayes_row(L=50):
                      name=L)
 
 
-THEORY = {"noise_variance": 0.1, "valley_correction": 12.0, "valley_scale": 0.4}
+PREDICTIONS = {"noise_variance": 0.1, "valley_correction": 12.0, "valley_scale": 0.4}
 
 
 def test_seed_statistics_use_the_ok_shared_stream_runs_only():
@@ -146,7 +146,7 @@ def test_seed_statistics_use_the_ok_shared_stream_runs_only():
     runs["bayes_risk"] = 0.3
     runs["excess_risk"] = runs["final_test_loss"] - 0.3
     runs["scaled_excess_risk"] = 50 * runs["excess_risk"]
-    row = prompt_length_row(runs, traj, bayes_row(), THEORY, CFG)
+    row = prompt_length_row(runs, traj, bayes_row(), PREDICTIONS, CFG)
     assert (row["n_seeds"], row["n_ok"], row["n_trapped"], row["n_diverged"]) == (5, 3, 1, 1)
     ok = np.array([finals[s] for s in (0, 1, 3)])
     half = stats.t.ppf(0.975, 2) * ok.std(ddof=1) / math.sqrt(3)
@@ -163,7 +163,7 @@ def test_seed_statistics_use_the_ok_shared_stream_runs_only():
     assert_within(row["softmax_leading_order_test_risk"], 0.34 + 0.1 + 12.0 / 50 - 0.33, tol, "softmax test theory")
     assert_within(row["predicted_excess_ratio"], (12.0 / 50) / (0.33 - 0.1), tol, "excess ratio")
     assert not row["softmax_theory_valid"]  # L = 50 < 200
-    assert math.isnan(prompt_length_row(runs[runs["stream"] == 0], traj, bayes_row(), THEORY, CFG)["sgd_noise_spread"])
+    assert math.isnan(prompt_length_row(runs[runs["stream"] == 0], traj, bayes_row(), PREDICTIONS, CFG)["sgd_noise_spread"])
 
 
 def test_summarize_training_classifies_each_run_against_its_own_seeds_flow(tmp_path):

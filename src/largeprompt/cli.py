@@ -1,4 +1,5 @@
-"""Command line: ``largeprompt inspect FILE.parquet`` (SPEC §5) and ``largeprompt bench`` (SPEC §4)."""
+"""Command line: ``largeprompt inspect FILE.parquet`` (README.md, "Reading the cached results") and
+``largeprompt bench`` (README.md, "Performance")."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     p_inspect = sub.add_parser("inspect", help="print a result file's provenance, schema and first rows")
     p_inspect.add_argument("file")
     p_inspect.add_argument("-n", "--rows", type=int, default=5)
-    sub.add_parser("bench", help="run the performance benchmark (SPEC §4); see `largeprompt bench --help`", add_help=False)
+    sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         from .bench import main as bench_main

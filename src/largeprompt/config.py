@@ -1,4 +1,4 @@
-"""Config validation with errors that name the key and the allowed range (SPEC §3.3, §5).
+"""Config validation with errors that name the key and the allowed range (docs/experiments.md#configurations).
 
 The JSON-schema in ``workflow/schemas/config.schema.yaml`` is the single source of truth for
 types, ranges and defaults. ``check_config`` runs it and turns every violation into one line

@@ -1,4 +1,5 @@
-"""Infinite-prompt gradient flows and the reduced model's finite-L SGD (SPEC F6, R4, R5; THEORY §F(iii)).
+"""Infinite-prompt gradient flows and the reduced model's finite-L SGD (R4, R5; docs/theory.md#full-model-infinite-prompt-risk,
+docs/theory.md#balanced-flow, docs/theory.md#reduced-infinite-prompt-risk, docs/theory.md#trajectory-transfer).
 
 Every flow is θ̇ = −∇R(θ) for a closed-form risk R, integrated by scipy's ``solve_ivp`` (LSODA) with
 the gradient and Hessian from torch autograd in float64. Training time is t = lr · step, so an SGD run and its
@@ -49,7 +50,7 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
 # --- the §6 Q/K/V/O model --------------------------------------------------------------------------
 
 def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11):
-    """Gradient flow on the closed-form R∞(Q, K, V, O) of SPEC F6 from ``params0``: (θ [T, P], R∞ [T])."""
+    """Gradient flow on the closed-form R∞(Q, K, V, O) (docs/theory.md#full-model-infinite-prompt-risk) from ``params0``: (θ [T, P], R∞ [T])."""
     dim = task.token_dim
 
     def risk(theta):
@@ -75,13 +76,13 @@ def full_model_sharpness(task: RegressionTask, theta) -> float:
 # --- R5: the balanced (A, b) flow ------------------------------------------------------------------
 
 def balanced_risk(A: torch.Tensor, b: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """The paper's R∞(A, b) = ½ tr((bΣA − I) Σ (bΣA − I)ᵀ) (SPEC R5; paper A = our Aᵀ, b = v)."""
+    """The paper's R∞(A, b) = ½ tr((bΣA − I) Σ (bΣA − I)ᵀ) (docs/theory.md#balanced-flow, paper Thm 5.1; paper A = our Aᵀ, b = v)."""
     R = b * sigma @ A - torch.eye(sigma.shape[0], dtype=sigma.dtype)  # [d, d]
     return 0.5 * torch.trace(R @ sigma @ R.T)
 
 
 def bayes_point(sigma) -> tuple[float, np.ndarray]:
-    """b* = tr(Σ⁻²)^{1/4} and A* = tr(Σ⁻²)^{−1/4} Σ⁻¹ (SPEC R5)."""
+    """b* = tr(Σ⁻²)^{1/4} and A* = tr(Σ⁻²)^{−1/4} Σ⁻¹ (docs/theory.md#balanced-flow, paper Thm 5.1)."""
     inv = np.linalg.inv(np.asarray(sigma, dtype=np.float64))
     scale = np.trace(inv @ inv) ** 0.25
     return scale, inv / scale
@@ -100,10 +101,10 @@ def balanced_flow(sigma, alpha: float, times, rtol=1e-10, atol=1e-12):
     return thetas[:, :-1].reshape(-1, d, d), thetas[:, -1], risks
 
 
-# --- the reduced (v, A) model (THEORY §F) ----------------------------------------------------------
+# --- the reduced (v, A) model (docs/theory.md#block-sparse-family) ----------------------------------
 
 def reduced_flow(task: RegressionTask, v0: float, A0, times, rtol=1e-10, atol=1e-12):
-    """Gradient flow of (v, A) on R∞ = τ² tr((vAΛ − I)ᵀΛ(vAΛ − I)) + σ² (THEORY §F(iii)): (v [T], A [T, d, d], R [T])."""
+    """Gradient flow of (v, A) on R∞ = τ² tr((vAΛ − I)ᵀΛ(vAΛ − I)) + σ² (docs/theory.md#reduced-infinite-prompt-risk): (v [T], A [T, d, d], R [T])."""
     d = task.dim
 
     def risk(theta):
@@ -115,7 +116,7 @@ def reduced_flow(task: RegressionTask, v0: float, A0, times, rtol=1e-10, atol=1e
 
 
 def isotropic_product(p0: float, c: float, d: int, t) -> np.ndarray:
-    """p(t) = v(t)a(t) of the isotropic flow (Λ = I, A = aI, τ = 1), in closed form (THEORY §F(iii)).
+    """p(t) = v(t)a(t) of the isotropic flow (Λ = I, A = aI, τ = 1), in closed form (docs/theory.md#isotropic-flow).
 
     Ψ(p(t)) = Ψ(p0) + 2t with Ψ(p) = (1/k) ln((c² + 4dp + k√(c² + 4dp²))/|1 − p|), k = √(c² + 4d);
     for c = 0 this is the logistic p = [1 + (1/p0 − 1)e^{−4√d t}]⁻¹ (for p0 < 0, e^{+4√d t}: p → 0⁻).
@@ -159,7 +160,7 @@ def isotropic_flow(v0: float, a0: float, d: int, t):
 
 
 def reduced_attention(v: torch.Tensor, A: torch.Tensor):
-    """The block-sparse (v, A) point as (U, u): sᵢ = x_qᵀ A xᵢ needs U = diag(Aᵀ, 0); u = v e_D (THEORY §F(i))."""
+    """The block-sparse (v, A) point as (U, u): sᵢ = x_qᵀ A xᵢ needs U = diag(Aᵀ, 0); u = v e_D (docs/theory.md#block-sparse-family)."""
     d = A.shape[0]
     U = torch.zeros(d + 1, d + 1, dtype=A.dtype, device=A.device)
     U = U.index_put((torch.arange(d)[:, None], torch.arange(d)[None, :]), A.T)  # [D, D]
@@ -169,7 +170,8 @@ def reduced_attention(v: torch.Tensor, A: torch.Tensor):
 
 def reduced_model_sgd(task: RegressionTask, v0: float, A0, prompt_length: int, lr: float, steps: int,
                       batch_size: int, base_seed: int, run_seed: int, log_every: int = 1, dtype=torch.float64):
-    """Plain SGD of the reduced softmax model ŷ = v Σᵢ softmax(x_qᵀAxᵢ) yᵢ at prompt length L (THEORY §F(v)).
+    """Plain SGD of the reduced softmax model ŷ = v Σᵢ softmax(x_qᵀAxᵢ) yᵢ at prompt length L
+    (docs/theory.md#trajectory-transfer, docs/experiments.md#trajectory_transfer).
 
     Batch s comes from stream (base_seed, "reduced/batch", run_seed, L, s). Returns steps [T], v [T], A [T, d, d].
     """

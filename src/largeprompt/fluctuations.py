@@ -1,7 +1,8 @@
-"""Fixed-query fluctuations of finite-prompt attention and their bounds (SPEC F2, F3; THEORY §C, §D).
+"""Fixed-query fluctuations of finite-prompt attention and their bounds
+(docs/theory.md#fixed-query-fluctuations, docs/theory.md#leading-bias, docs/theory.md#fixed-query-bound).
 
 For a fixed query with tilt a = U z_q, T_{μ_L} − T_μ = U_L / D_L with U_L the mean of
-ξᵢ = wᵢ V(zᵢ − ∇K(a)), wᵢ = e^{⟨a, zᵢ⟩}, and D_L the mean of the wᵢ (THEORY §C). Everything below
+ξᵢ = wᵢ V(zᵢ − ∇K(a)), wᵢ = e^{⟨a, zᵢ⟩}, and D_L the mean of the wᵢ (docs/theory.md#fixed-query-fluctuations). Everything below
 is a closed form in a, S (or the CGF K) and V; κ = aᵀSa sets the effective prompt length L e^{−κ}.
 
 Shapes: tilt a ``[..., D]``, covariance S ``[D, D]``, value matrix V ``[Dout, D]``.
@@ -17,12 +18,12 @@ from .measures import TokenMeasure
 
 
 def tilt_concentration(a: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
-    """κ = aᵀSa [...], the log of ρ(a) = E w²/(E w)² for Gaussian tokens (THEORY §0)."""
+    """κ = aᵀSa [...], the log of ρ(a) = E w²/(E w)² for Gaussian tokens (docs/theory.md#notation)."""
     return ((a @ cov) * a).sum(-1)
 
 
 def asymptotic_covariance(a: torch.Tensor, measure: TokenMeasure, value_matrix: torch.Tensor) -> torch.Tensor:
-    """C of √L (T_{μ_L} − T_μ) → N(0, C) for any measure (SPEC F2, THEORY §C) [..., Dout, Dout].
+    """C of √L (T_{μ_L} − T_μ) → N(0, C) for any measure (docs/theory.md#fixed-query-fluctuations) [..., Dout, Dout].
 
     C = e^{K(2a)−2K(a)} V [∇²K(2a) + ΔΔᵀ] Vᵀ with Δ = ∇K(2a) − ∇K(a).
     """
@@ -33,7 +34,7 @@ def asymptotic_covariance(a: torch.Tensor, measure: TokenMeasure, value_matrix: 
 
 
 def gaussian_asymptotic_covariance(a: torch.Tensor, cov: torch.Tensor, value_matrix: torch.Tensor) -> torch.Tensor:
-    """C = e^κ (V S Vᵀ + V S a aᵀ S Vᵀ) for Gaussian tokens N(m, S) (SPEC F2) [..., Dout, Dout]."""
+    """C = e^κ (V S Vᵀ + V S a aᵀ S Vᵀ) for Gaussian tokens N(m, S) (docs/theory.md#fixed-query-fluctuations) [..., Dout, Dout]."""
     kappa = tilt_concentration(a, cov)  # [...]
     vsa = (a @ cov) @ value_matrix.T  # V S a, [..., Dout]
     vsv = value_matrix @ cov @ value_matrix.T  # [Dout, Dout]
@@ -41,9 +42,9 @@ def gaussian_asymptotic_covariance(a: torch.Tensor, cov: torch.Tensor, value_mat
 
 
 def leading_bias(a: torch.Tensor, measure: TokenMeasure, value_matrix: torch.Tensor, prompt_length) -> torch.Tensor:
-    """E T_{μ_L} − T_μ ≈ −(1/L) e^{K(2a)−2K(a)} V (∇K(2a) − ∇K(a)) (THEORY §C) [..., Dout].
+    """E T_{μ_L} − T_μ ≈ −(1/L) e^{K(2a)−2K(a)} V (∇K(2a) − ∇K(a)) (docs/theory.md#leading-bias) [..., Dout].
 
-    For Gaussian tokens this is −(e^κ/L) V S a (SPEC F2), exact up to O(L⁻²).
+    For Gaussian tokens this is −(e^κ/L) V S a, exact up to O(L⁻²).
     """
     rho = torch.exp(measure.cgf(2 * a) - 2 * measure.cgf(a))  # [...]
     delta = measure.cgf_grad(2 * a) - measure.cgf_grad(a)  # [..., D]
@@ -51,7 +52,7 @@ def leading_bias(a: torch.Tensor, measure: TokenMeasure, value_matrix: torch.Ten
 
 
 def gaussian_fourth_moment(a: torch.Tensor, cov: torch.Tensor, value_matrix: torch.Tensor) -> torch.Tensor:
-    """c₄ = E‖ξ‖⁴ / D⁴ for Gaussian tokens (THEORY §D) [...].
+    """c₄ = E‖ξ‖⁴ / D⁴ for Gaussian tokens (docs/theory.md#fixed-query-bound) [...].
 
     c₄ = e^{6κ} [(tr Σ_V + ‖μ_V‖²)² + 2 tr Σ_V² + 4 μ_Vᵀ Σ_V μ_V], Σ_V = V S Vᵀ, μ_V = 3 V S a.
     """
@@ -69,7 +70,7 @@ def _as_np(x) -> np.ndarray:
 
 
 def simple_bound(kappa, trace_c, prompt_length, delta):
-    """F3 corollary: ‖T_{μ_L} − T_μ‖ ≤ 2√2 √(tr C) / √(Lδ) w.p. ≥ 1 − δ (SPEC F3).
+    """The simple bound: ‖T_{μ_L} − T_μ‖ ≤ 2√2 √(tr C) / √(Lδ) w.p. ≥ 1 − δ (docs/theory.md#fixed-query-bound).
 
     Here tr C = e^κ (tr VSVᵀ + ‖VSa‖²). Valid only when L ≥ 8(e^κ − 1)/δ; NaN otherwise (vacuous).
     Arguments broadcast (numpy).
@@ -80,13 +81,13 @@ def simple_bound(kappa, trace_c, prompt_length, delta):
 
 
 def fourth_moment_of_mean(trace_c, trace_c_sq, c4, prompt_length):
-    """E‖U_L‖⁴/D⁴ = c₄/L³ + (L−1)/L³ [(tr C)² + 2 tr C²] for i.i.d. mean-zero ξ (THEORY §D)."""
+    """E‖U_L‖⁴/D⁴ = c₄/L³ + (L−1)/L³ [(tr C)² + 2 tr C²] for i.i.d. mean-zero ξ (docs/theory.md#fixed-query-bound)."""
     n = np.asarray(prompt_length, dtype=np.float64)
     return c4 / n**3 + (n - 1.0) / n**3 * (trace_c**2 + 2.0 * trace_c_sq)
 
 
 def sharp_bound_at_split(kappa, trace_c, moment4, prompt_length, delta1, delta2):
-    """B = q/(1 − r) for one split δ = δ₁ + δ₂ (THEORY §D theorem); +inf where r ≥ 1.
+    """B = q/(1 − r) for one split δ = δ₁ + δ₂ (docs/theory.md#fixed-query-bound); +inf where r ≥ 1.
 
     q = min(√(tr C/(Lδ₁)), (E‖U_L‖⁴/D⁴/δ₁)^{1/4}) bounds ‖U_L‖/D w.p. ≥ 1 − δ₁ (Chebyshev / Markov);
     r = min(√((e^κ−1)(1−δ₂)/(Lδ₂)), √(2e^κ ln(1/δ₂)/L)) bounds 1 − D_L/D w.p. ≥ 1 − δ₂ (Cantelli / Maurer).
@@ -106,13 +107,13 @@ def split_grid(n_split: int = 99) -> np.ndarray:
 
 
 def trivial_bound(vsa_norm, vs_half_fro, vs_half_op, prompt_length, delta):
-    """B_triv = ‖VSa‖ + ‖VS^{1/2}‖_F + ‖VS^{1/2}‖_op √(2 ln(L/δ)) (THEORY §D); does not decay in L."""
+    """B_triv = ‖VSa‖ + ‖VS^{1/2}‖_F + ‖VS^{1/2}‖_op √(2 ln(L/δ)) (docs/theory.md#fixed-query-bound); does not decay in L."""
     n = np.asarray(prompt_length, dtype=np.float64)
     return vsa_norm + vs_half_fro + vs_half_op * np.sqrt(2.0 * np.log(n / delta))
 
 
 def gaussian_bound_terms(a: torch.Tensor, cov: torch.Tensor, value_matrix: torch.Tensor) -> dict:
-    """The query-dependent constants of the §D bounds for one tilt a [D] (floats)."""
+    """The query-dependent constants of the fixed-query bounds (docs/theory.md#fixed-query-bound) for one tilt a [D] (floats)."""
     c_mat = gaussian_asymptotic_covariance(a, cov, value_matrix)  # [Dout, Dout]
     evals, evecs = torch.linalg.eigh(cov)
     cov_half = evecs @ torch.diag(evals.clamp_min(0).sqrt()) @ evecs.T  # S^{1/2}
@@ -129,7 +130,7 @@ def gaussian_bound_terms(a: torch.Tensor, cov: torch.Tensor, value_matrix: torch
 
 
 def sharp_bound(terms: dict, prompt_length, delta: float, n_split: int = 99) -> np.ndarray:
-    """The rigorous (1 − δ) bound min(min_f B(fδ, (1−f)δ), B_triv) of THEORY §D, per prompt length.
+    """The rigorous (1 − δ) bound min(min_f B(fδ, (1−f)δ), B_triv) (docs/theory.md#fixed-query-bound), per prompt length.
 
     B depends only on (κ, C, L, δ), not on the prompt, so the minimising split f* is a deterministic
     choice and B(f*δ, (1−f*)δ) is a valid (1 − δ) bound: no union over the grid is needed.
@@ -143,7 +144,7 @@ def sharp_bound(terms: dict, prompt_length, delta: float, n_split: int = 99) -> 
 
 
 def random_query_mean_trace_c(c, sigma_sq, dim: int) -> np.ndarray:
-    """E_{z_q} tr C for the F4 setting (SPEC F2, F4), finite only for c < 1/2 (NaN otherwise).
+    """E_{z_q} tr C over random queries (docs/theory.md#random-query-rate), finite only for c < 1/2 (NaN otherwise).
 
     Tokens N(0, σ² I_D), z_q ~ N(0, I_D), U = u I, V = I_D, c = σ² u²: tr C = σ² e^{c‖g‖²}(D + c‖g‖²)
     and E e^{c‖g‖²} = (1 − 2c)^{−D/2}, E ‖g‖² e^{c‖g‖²} = D (1 − 2c)^{−D/2−1}, so
@@ -156,7 +157,7 @@ def random_query_mean_trace_c(c, sigma_sq, dim: int) -> np.ndarray:
 
 
 def gaussian_norm_quantiles(c_mat: torch.Tensor, probs, generator: torch.Generator, n_draws: int = 200_000) -> np.ndarray:
-    """Quantiles of ‖X‖, X ~ N(0, C) (the F2 limit law of √L(T_{μ_L} − T_μ)), by a seeded Monte Carlo."""
+    """Quantiles of ‖X‖, X ~ N(0, C) (the limit law of √L(T_{μ_L} − T_μ), docs/theory.md#fixed-query-fluctuations), by a seeded Monte Carlo."""
     evals, evecs = torch.linalg.eigh(c_mat)
     root = evecs @ torch.diag(evals.clamp_min(0).sqrt())  # C^{1/2} up to rotation
     g = torch.randn(n_draws, c_mat.shape[0], generator=generator, dtype=c_mat.dtype, device=c_mat.device)

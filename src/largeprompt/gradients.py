@@ -1,4 +1,4 @@
-"""Gradients of the attention output with respect to U and V, finite and infinite prompt (SPEC F5, THEORY §E).
+"""Gradients of the attention output with respect to U and V, finite and infinite prompt (docs/theory.md#jacobians).
 
 With a = U z_q, T = V z̄ where z̄ is the softmax-weighted prompt mean (finite L) or ∇K(a) (L = ∞).
 Differentiating the tilt gives, exactly,
@@ -35,7 +35,7 @@ def output_jacobians(mean: torch.Tensor, cov: torch.Tensor, query: torch.Tensor,
 
 
 def infinite_prompt_jacobians(query: torch.Tensor, measure: TokenMeasure, attention_matrix: torch.Tensor, value_matrix: torch.Tensor):
-    """Jacobians of T_μ(z_q) = V ∇K(U z_q) wrt U and V (SPEC F5, L = ∞): z̄ → ∇K(a), Σ̂ → ∇²K(a)."""
+    """Jacobians of T_μ(z_q) = V ∇K(U z_q) wrt U and V (docs/theory.md#jacobians, L = ∞): z̄ → ∇K(a), Σ̂ → ∇²K(a)."""
     tilt = query @ attention_matrix.T  # a = U z_q, [..., D]
     return output_jacobians(measure.cgf_grad(tilt), measure.cgf_hess(tilt), query, value_matrix)
 
@@ -58,7 +58,7 @@ def jacobian_sq_errors(
 
 
 def gaussian_jacobian_constants(a: torch.Tensor, cov: torch.Tensor, query: torch.Tensor, value_matrix: torch.Tensor):
-    """Limits of L·E‖J^U_L − J^U_∞‖_F² and L·E‖J^V_L − J^V_∞‖_F² at a fixed query, Gaussian tokens (THEORY §E).
+    """Limits of L·E‖J^U_L − J^U_∞‖_F² and L·E‖J^V_L − J^V_∞‖_F² at a fixed query, Gaussian tokens (docs/theory.md#jacobians).
 
     V part: Dout e^κ (tr S + ‖Sa‖²). U part: e^κ ‖z_q‖² E_{y~N(Sa,S)} ‖V(yyᵀ − S)‖_F², which by Isserlis'
     theorem with B = VᵀV and μ = Sa equals

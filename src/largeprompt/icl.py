@@ -1,9 +1,11 @@
-"""In-context linear regression: the task, its closed-form risks and the Bayes risk (SPEC F6, THEORY §F).
+"""In-context linear regression: the task, its closed-form risks and the Bayes risk
+(docs/theory.md#icl-task, docs/theory.md#bayes-risk, docs/theory.md#reduced-infinite-prompt-risk).
 
 Tokens z = (x, y) ∈ R^D, D = d + 1, with x ~ N(0, Λ), y = βᵀx + σε, β ~ N(0, τ² I) per prompt.
-The query token is z_q = (x_q, 0) and its target is y_q = βᵀx_q + σε_q (SPEC §0, F6).
+The query token is z_q = (x_q, 0) and its target is y_q = βᵀx_q + σε_q (docs/theory.md#icl-task).
 
-Implemented as stated in SPEC §0. The authors' public generator differs: it applies the
+Implemented as stated in docs/theory.md#icl-task. The authors' public generator differs
+(docs/experiments.md#authors-data-generator): it applies the
 covariance to the prompt x twice and never to x_q; we apply Λ once to every x, query included.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .measures import toeplitz_covariance
 
 
 class RegressionTask:
-    """The in-context regression task of SPEC F6: Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
+    """The in-context regression task (docs/theory.md#icl-task): Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
 
     def __init__(self, covariance, task_variance: float, noise_variance: float):
         self.covariance = torch.as_tensor(covariance, dtype=torch.float64, device="cpu")  # Λ [d, d], host copy
@@ -59,7 +61,7 @@ def regression_task(icl: dict) -> RegressionTask:
 
 
 def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
-    """Closed-form R∞(θ) of the §6 Q/K/V/O model (SPEC F6), differentiable in Q, K, V [D, D] and O [1, D].
+    """Closed-form R∞(θ) of the §6 Q/K/V/O model (docs/theory.md#full-model-infinite-prompt-risk), differentiable in Q, K, V [D, D] and O [1, D].
 
     With U = KᵀQ/√D, M = U[:, :d] = [M_x; m_yᵀ] and u = VᵀOᵀ = (u_x, u_y), the prediction error
     given β is r(β)ᵀx_q with r(β) = c₀ + C₁β + c₂ βᵀΛβ. Softmax and linear attention share this limit.
@@ -86,7 +88,7 @@ def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor,
 
 
 def reduced_infinite_prompt_risk(task: RegressionTask, v: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """R∞ of the block-sparse (v, A) model (SPEC F6, THEORY §F(ii)): τ² tr((G − I)ᵀΛ(G − I)) + σ², G = vAΛ."""
+    """R∞ of the block-sparse (v, A) model (docs/theory.md#reduced-infinite-prompt-risk): τ² tr((G − I)ᵀΛ(G − I)) + σ², G = vAΛ."""
     lam = task.covariance.to(dtype=A.dtype, device=A.device)  # [d, d]
     R = v * A @ lam - torch.eye(task.dim, dtype=A.dtype, device=A.device)  # G − I [d, d]
     return task.task_variance * torch.trace(R.T @ lam @ R) + task.noise_variance
@@ -98,7 +100,7 @@ def _sym_sqrt(lam: np.ndarray) -> np.ndarray:
 
 
 def reduced_finite_prompt_correction(v: float, A, covariance, noise_variance: float) -> float:
-    """F(v, A) = lim L·(R_L − R∞) for the reduced softmax model, τ² = 1 (SPEC F6; THEORY §F(iv), general Λ).
+    """F(v, A) = lim L·(R_L − R∞) for the reduced softmax model, τ² = 1 (docs/theory.md#finite-prompt-correction, general Λ).
 
     With M = Λ^{1/2} A Λ Aᵀ Λ^{1/2}, Σ_M = (I − 2M)⁻¹ and Z = det(I − 2M)^{−1/2}:
     F = Z[v²(trΛ + σ²) − v² tr(Λ^{1/2} A Λ² Aᵀ Λ^{1/2} Σ_M) + 2v tr(Λ^{1/2} A Λ^{3/2} Σ_M)].
@@ -120,7 +122,7 @@ def reduced_finite_prompt_correction(v: float, A, covariance, noise_variance: fl
 
 
 def valley_optimal_scale(dim: int, noise_variance: float) -> float:
-    """α* on the valley vA = I (Λ = I): the smaller root s of (d+2)(d+2σ²)s² − (d+4)(d+σ²)s + (d+σ²) = 0, α* = √s (SPEC F6)."""
+    """α* on the valley vA = I (Λ = I): the smaller root s of (d+2)(d+2σ²)s² − (d+4)(d+σ²)s + (d+σ²) = 0, α* = √s (docs/theory.md#valley-optimum)."""
     d, s2 = float(dim), float(noise_variance)
     roots = np.roots([(d + 2) * (d + 2 * s2), -(d + 4) * (d + s2), d + s2])
     return float(np.sqrt(np.min(roots.real)))
@@ -152,9 +154,9 @@ def valley_optimum(covariance, task_variance: float, noise_variance: float) -> t
 
 
 def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> np.ndarray:
-    """Γ* of linear attention ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ, with noisy labels (SPEC F6, THEORY §F(v)).
+    """Γ* of linear attention ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ, with noisy labels (docs/theory.md#linear-attention-optimum).
 
-    Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ²)/L · I)⁻¹; τ² = 1 gives the SPEC form.
+    Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ²)/L · I)⁻¹; τ² = 1 and σ = 0 give the noiseless fixed point of Zhang, Frei and Bartlett.
     """
     lam = np.asarray(covariance, dtype=np.float64)
     n = float(prompt_length)
@@ -163,7 +165,7 @@ def linear_attention_fixed_point(covariance, task_variance: float, noise_varianc
 
 
 def linear_attention_risk(gamma, covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
-    """Population risk of the linear-attention predictor ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ (THEORY §F(v), general τ²).
+    """Population risk of the linear-attention predictor ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ (docs/theory.md#linear-attention-optimum, general τ²).
 
     R(Γ) = tr(Γ M Γᵀ Λ) − 2τ² tr(Γ Λ²) + τ² tr Λ + σ², with
     M = E m̂m̂ᵀ = τ²[Λ² + (Λ² + tr(Λ)Λ)/L] + σ²Λ/L.
@@ -176,13 +178,13 @@ def linear_attention_risk(gamma, covariance, task_variance: float, noise_varianc
 
 
 def optimal_linear_attention_risk(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
-    """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (SPEC F6, THEORY §F(v))."""
+    """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (docs/theory.md#linear-attention-optimum)."""
     gamma = linear_attention_fixed_point(covariance, task_variance, noise_variance, prompt_length)
     return linear_attention_risk(gamma, covariance, task_variance, noise_variance, prompt_length)
 
 
 def ridge_predictions(query: torch.Tensor, prompt: torch.Tensor, ridge: float) -> torch.Tensor:
-    """Posterior-mean (ridge, λ = σ²/τ²) predictions x_qᵀ(XᵀX + λI)⁻¹Xᵀy, the Bayes predictor (SPEC §3.1 stage 1).
+    """Posterior-mean (ridge, λ = σ²/τ²) predictions x_qᵀ(XᵀX + λI)⁻¹Xᵀy, the Bayes predictor (docs/theory.md#bayes-risk).
 
     query [B, D], prompt [B, L, D] → [B].
     """

@@ -1,4 +1,5 @@
-"""Token measures μ and their cumulant generating functions (SPEC §1, F1; THEORY §A–§B).
+"""Token measures μ and their cumulant generating functions (docs/theory.md#notation,
+docs/theory.md#infinite-prompt-operator, docs/theory.md#gaussian-limit, docs/theory.md#rademacher-and-uniform-limits).
 
 Each measure on R^D exposes
 
@@ -7,7 +8,7 @@ Each measure on R^D exposes
 * ``cgf_grad(a)``: ∇K(a), the mean of the tilted measure μ_a, shape ``[..., D]``;
 * ``cgf_hess(a)``: ∇²K(a), the covariance of μ_a, shape ``[..., D, D]``.
 
-The infinite-prompt attention is T_μ(z_q) = V ∇K(U z_q) (SPEC F1), so these
+The infinite-prompt attention is T_μ(z_q) = V ∇K(U z_q) (docs/theory.md#infinite-prompt-operator), so these
 three functions are all the pipeline needs to know about a measure.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _in_float64(fn):
 
 @_in_float64
 def langevin(x: torch.Tensor) -> torch.Tensor:
-    """𝓛(x) = coth x − 1/x, stable at 0 (THEORY §B(ii)); 𝓛(x) = x/3 − x³/45 + 2x⁵/945 − …"""
+    """𝓛(x) = coth x − 1/x, stable at 0 (docs/theory.md#rademacher-and-uniform-limits); 𝓛(x) = x/3 − x³/45 + 2x⁵/945 − …"""
     small = x.abs() < _SERIES_CUTOFF
     safe = torch.where(small, torch.ones_like(x), x)
     closed = 1.0 / torch.tanh(safe) - 1.0 / safe
@@ -116,7 +117,7 @@ class TokenMeasure:
 
 
 class Gaussian(TokenMeasure):
-    """μ = N(mean, cov): K(a) = aᵀm + ½ aᵀSa, ∇K = m + Sa, ∇²K = S (SPEC F1, THEORY §A)."""
+    """μ = N(mean, cov): K(a) = aᵀm + ½ aᵀSa, ∇K = m + Sa, ∇²K = S (docs/theory.md#gaussian-limit, paper Lemma 2.1)."""
 
     def __init__(self, mean, cov, *, dtype: torch.dtype = torch.float64, device=None):
         if device is None:
@@ -151,7 +152,7 @@ class Gaussian(TokenMeasure):
 
 
 class Rademacher(TokenMeasure):
-    """i.i.d. ±1 coordinates: K(a) = Σ log cosh aⱼ, ∇K = tanh(a), ∇²K = diag(1 − tanh² a) (F1)."""
+    """i.i.d. ±1 coordinates: K(a) = Σ log cosh aⱼ, ∇K = tanh(a), ∇²K = diag(1 − tanh² a) (docs/theory.md#rademacher-and-uniform-limits)."""
 
     def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64, device=None):
         super().__init__(int(dim), dtype=dtype, device=device)
@@ -177,7 +178,7 @@ class Rademacher(TokenMeasure):
 class Uniform(TokenMeasure):
     """i.i.d. uniform coordinates on [−√3, √3] (unit variance).
 
-    K(a) = Σ log(sinh(√3 aⱼ)/(√3 aⱼ)), ∇K = √3 𝓛(√3 a), ∇²K = diag(3 𝓛'(√3 a)) (F1, THEORY §B(ii)).
+    K(a) = Σ log(sinh(√3 aⱼ)/(√3 aⱼ)), ∇K = √3 𝓛(√3 a), ∇²K = diag(3 𝓛'(√3 a)) (docs/theory.md#rademacher-and-uniform-limits).
     """
 
     def __init__(self, dim: int, *, dtype: torch.dtype = torch.float64, device=None):

@@ -1,9 +1,9 @@
-"""The §6 one-head attention model with separate Q, K, V, O (SPEC §0, §4, F6).
+"""The §6 one-head attention model with separate Q, K, V, O (docs/theory.md#icl-task).
 
 ŷ = O V Σᵢ pᵢ zᵢ with scores sᵢ = ⟨Q z_q, K zᵢ⟩/√D, and pᵢ = softmax_i(s) (``softmax``) or
 pᵢ = sᵢ/L (``linear``: the softmax dropped, scores divided by L).
 
-Efficient step (SPEC §4): sᵢ = zᵢᵀ a with a = U z_q, U = KᵀQ/√D, and the output is
+Efficient step (docs/theory.md#icl-task): sᵢ = zᵢᵀ a with a = U z_q, U = KᵀQ/√D, and the output is
 uᵀ Σᵢ pᵢ zᵢ = Σᵢ pᵢ wᵢ with u = VᵀOᵀ and wᵢ = uᵀzᵢ. One product prompt @ [a, u] gives both
 sᵢ and wᵢ, so no token is ever projected through Q, K or V.
 """
@@ -18,7 +18,7 @@ PARAMETER_NAMES = ("Q", "K", "V", "O")
 
 
 def init_parameters(dim: int, generator: torch.Generator, dtype=torch.float64, device="cpu") -> dict[str, torch.Tensor]:
-    """Torch's default ``nn.Linear(bias=False)`` initialisation, drawn from ``generator`` (SPEC §0).
+    """Torch's default ``nn.Linear(bias=False)`` initialisation, drawn from ``generator`` (docs/theory.md#icl-task).
 
     Each weight is U(−1/√fan_in, 1/√fan_in) (kaiming_uniform with a = √5), in the order Q, K, V, O.
     Softmax and linear runs call this with the same stream, so they start from identical weights.
@@ -43,7 +43,7 @@ class _TiltedReadout(torch.autograd.Function):
     """ŷ_b = Σᵢ p_bi wᵢ with sᵢ = zᵢᵀa_b, wᵢ = zᵢᵀu, p = softmax(s) or s/L, and its analytic backward.
 
     Two passes over the prompt per step, forward and backward, and nothing of size [B, L, D] is
-    saved beyond the prompt itself (SPEC §4). Gradients, with g = ∂ℓ/∂ŷ:
+    saved beyond the prompt itself (README.md, "Performance"). Gradients, with g = ∂ℓ/∂ŷ:
       softmax: ∇a_b = g_b Σᵢ p_bi (wᵢ − ŷ_b) zᵢ,  ∇u = Σ_b g_b Σᵢ p_bi zᵢ;
       linear:  ∇a_b = g_b Σᵢ wᵢ zᵢ / L,            ∇u = Σ_b g_b Σᵢ sᵢ zᵢ / L.
     Checked against autograd through the naive Q/K/V/O model (tests/test_training.py).
@@ -75,7 +75,7 @@ class _TiltedReadout(torch.autograd.Function):
 
 
 def readout(query: torch.Tensor, prompt: torch.Tensor, U: torch.Tensor, u: torch.Tensor, model: str) -> torch.Tensor:
-    """ŷ = Σᵢ pᵢ uᵀzᵢ from a = U z_q (efficient form, SPEC §4). query [B, D], prompt [B, L, D] → [B]."""
+    """ŷ = Σᵢ pᵢ uᵀzᵢ from a = U z_q (efficient form, docs/theory.md#icl-task). query [B, D], prompt [B, L, D] → [B]."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
     a = query @ U.T  # [B, D]  a = U z_q
@@ -83,13 +83,13 @@ def readout(query: torch.Tensor, prompt: torch.Tensor, U: torch.Tensor, u: torch
 
 
 def predict(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: torch.Tensor, model: str) -> torch.Tensor:
-    """The §6 model's prediction [B] via U = KᵀQ/√D and the weighted token mean (SPEC §4)."""
+    """The §6 model's prediction [B] via U = KᵀQ/√D and the weighted token mean (docs/theory.md#icl-task)."""
     U, u = attention_parameters(params["Q"], params["K"], params["V"], params["O"])
     return readout(query, prompt, U, u, model)
 
 
 def predict_naive(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: torch.Tensor, model: str) -> torch.Tensor:
-    """Reference formulation: project every token through Q, K, V, then O (SPEC §0). Same output as :func:`predict`."""
+    """Reference formulation: project every token through Q, K, V, then O (docs/theory.md#icl-task). Same output as :func:`predict`."""
     Q, K, V, O = (params[n] for n in PARAMETER_NAMES)
     D = query.shape[-1]
     q = query @ Q.T  # [B, D]
@@ -105,7 +105,7 @@ def predict_naive(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: 
 
 
 def mse(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The training loss: mean squared error (SPEC §0)."""
+    """The training loss: mean squared error (docs/theory.md#icl-task)."""
     return ((prediction - target) ** 2).mean()
 
 

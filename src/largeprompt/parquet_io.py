@@ -1,4 +1,4 @@
-"""Parquet results with provenance in the schema metadata, written atomically (SPEC §5).
+"""Parquet results with provenance in the schema metadata, written atomically (README.md, "Reading the cached results").
 
 Provenance lives under the schema-metadata key ``largeprompt`` as JSON. Files are written to a
 temporary name in the same folder, fsynced and renamed, so a killed job never leaves a file

@@ -13,6 +13,7 @@ the library sources behind each script, and the run-time keys that never change 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import re
@@ -102,6 +103,7 @@ def check_run_name(name: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=None)
 def _imports(path: Path) -> set[str]:
     """Absolute names of the largeprompt modules that ``path`` imports anywhere in its body."""
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -165,6 +167,7 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+@functools.lru_cache(maxsize=None)
 def code_fingerprint(path: str | os.PathLike) -> str:
     """A hash of a module's syntax tree without docstrings (comments never reach it): 12 hex digits."""
     tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=str(path)))

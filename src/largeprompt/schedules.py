@@ -101,3 +101,10 @@ def estimated_steps(rule: str, lr: float, horizon: float, stability_fraction: fl
     if rule == "constant":
         return math.ceil(horizon / lr)
     return math.ceil(horizon / min(lr, final_lr) + sharpness_growth * horizon**2 / (4 * stability_fraction))
+
+
+def estimated_runtime_minutes(steps: int, prompt_length: int, n_runs: int = 1) -> int:
+    """A generous time limit for one job: 10 min plus 3× ≈ (0.3 ms + 3 µs·L)(1 + n_runs/4) per step at batch 128
+    (`largeprompt bench` measures the current cost)."""
+    per_step = (0.3e-3 + 3e-6 * int(prompt_length)) * (1 + int(n_runs) / 4)
+    return 10 + math.ceil(3 * int(steps) * per_step / 60)

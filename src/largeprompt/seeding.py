@@ -1,4 +1,5 @@
-"""Counter-based seeded generators (SPEC §3.1: "any batch can be regenerated exactly").
+"""Counter-based seeded generators ("any batch can be regenerated exactly",
+docs/experiments.md#seeds-and-streams).
 
 Every random stream is keyed by (base seed, stream name, integer counters such as the
 repetition, the seed or the training step). ``numpy.random.SeedSequence`` hashes the key into

@@ -62,13 +62,6 @@ def batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_si
     return query.to(device), prompt.to(device), target.to(device)
 
 
-def estimated_runtime_minutes(steps: int, prompt_length: int, n_runs: int = 1) -> int:
-    """A generous time limit for one job: 10 min plus 3× ≈ (0.3 ms + 3 µs·L)(1 + n_runs/4) per step at batch 128
-    (`largeprompt bench` measures the current cost)."""
-    per_step = (0.3e-3 + 3e-6 * int(prompt_length)) * (1 + int(n_runs) / 4)
-    return 10 + math.ceil(3 * int(steps) * per_step / 60)
-
-
 def test_losses(stack: multirun.RunStack, test_set) -> np.ndarray:
     """MSE [R] of every run on the fixed test set (query [N, D], prompt [N, L, D], target [N])."""
     query, prompt, target = test_set

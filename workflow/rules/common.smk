@@ -4,8 +4,7 @@ import os
 
 from largeprompt.config import ConfigError, check_config
 from largeprompt.pipeline import code_settings, settings
-from largeprompt.schedules import estimated_steps
-from largeprompt.training import estimated_runtime_minutes
+from largeprompt.schedules import estimated_runtime_minutes, estimated_steps
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 

@@ -1,1 +1,1 @@
-"""One small plotting module per figure (SPEC §3.2). They read Parquet and draw; they compute nothing."""
+"""One small plotting module per figure (docs/experiments.md#results). They read Parquet and draw; they compute nothing."""

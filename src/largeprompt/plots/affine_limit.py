@@ -1,11 +1,11 @@
-"""Figure `affine_limit` (R1, SPEC §3.2): T_{μ_L}(t·e) against the exact limit V ∇K(U t·e)."""
+"""Figure `affine_limit` (R1, docs/experiments.md#affine_limit): T_{μ_L}(t·e) against the exact limit V ∇K(U t·e)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import THEORY_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure
 
 TITLES = {
     "gaussian": ("Gaussian tokens", r"limit $V(m + S\,U z_q)$: affine"),
@@ -28,7 +28,7 @@ def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
         )
         limit = panel.drop_duplicates("point").sort_values("t")
         title, formula = TITLES.get(name, (name, "limit"))
-        ax.plot(limit["t"], limit["infinite_prompt_output"], label=formula, **THEORY_STYLE)
+        ax.plot(limit["t"], limit["infinite_prompt_output"], label=formula, **REFERENCE_STYLE)
         ax.set_title(title)
         ax.set_xlabel(r"$t$  (query $z_q = t\,e$)")
         ax.set_ylabel(r"$T_{\mu_L}(z_q)$" if ax is axes[0][0] else "")

@@ -1,11 +1,12 @@
-"""Figure `balanced_flow` (R5, SPEC §3.2): R∞(t), b(t) and ‖A(t)‖_F from balanced starts, to the Bayes point."""
+"""Figure `balanced_flow` (R5, docs/experiments.md#balanced_flow, paper Thm 5.1): R∞(t), b(t) and ‖A(t)‖_F from balanced
+starts, to the Bayes point."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import THEORY_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure
 
 
 def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
@@ -25,7 +26,7 @@ def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
     axes[0].set_yscale("log")
     axes[0].set_title(r"risk $R_\infty(A, b) = \frac{1}{2}\mathrm{tr}((b\Sigma A - I)\Sigma(b\Sigma A - I)^\top)$", fontsize=9)
     axes[0].set_ylabel(r"$R_\infty(t)$ (minimum 0)")
-    axes[1].axhline(b_star, label=rf"$b^* = \|A^*\|_F = \mathrm{{tr}}(\Sigma^{{-2}})^{{1/4}} = {b_star:.3f}$", **THEORY_STYLE)
+    axes[1].axhline(b_star, label=rf"$b^* = \|A^*\|_F = \mathrm{{tr}}(\Sigma^{{-2}})^{{1/4}} = {b_star:.3f}$", **REFERENCE_STYLE)
     axes[1].set_ylabel(r"$b(t)$ (solid), $\|A(t)\|_F$ (dotted)")
     axes[1].set_title(r"scale $b = \|A\|_F$ (balancedness $b^2 - \|A\|_F^2 = 0$ is conserved)", fontsize=9)
     axes[2].set_yscale("log")

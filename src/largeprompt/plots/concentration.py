@@ -1,4 +1,5 @@
-"""Shared drawing for the R2/R3 concentration figures (SPEC §3.2): reads rows of rates.parquet, computes nothing."""
+"""Shared drawing for the R2/R3 concentration figures (docs/experiments.md#output_concentration,
+docs/experiments.md#gradient_concentration): reads rows of rates.parquet, computes nothing."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,10 +24,10 @@ def _rows(rates, **eq):
 
 
 def draw_concentration_row(axes, rates, metric: str, measure: str):
-    """Three panels for one metric: mean (+F4 guide), median and 90% quantile, local exponent."""
+    """Three panels for one metric: mean (+ predicted rate), median and 90% quantile, local exponent."""
     ax_mean, ax_med, ax_local = axes
     cells = _rows(rates, metric=metric, measure=measure)
-    colours = c_palette(cells["c"].dropna().unique())
+    colours = c_palette(_rows(cells, quantity="exponent")["c"].unique())  # the simulated c, not the curves' c grid
     for c, colour in colours.items():
         stat = _rows(cells, quantity="error_statistic", c=c)
         mean = _rows(stat, statistic="mean").sort_values("prompt_length")
@@ -34,11 +35,8 @@ def draw_concentration_row(axes, rates, metric: str, measure: str):
         ax_mean.plot(mean["prompt_length"], mean["estimate"], color=colour, marker="o", ms=2.5,
                      label=f"c={c:g}: $\\hat p$={fit.estimate:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]")
         ax_mean.fill_between(mean["prompt_length"], mean["ci_low"], mean["ci_high"], color=colour, alpha=0.25, lw=0)
-        # F4 guide: slope −min(1, 1/(2c)) through the mean at the start of the fitted range.
-        start = mean[mean["prompt_length"] >= fit.fit_min_prompt_length].iloc[0]
-        guide_l = mean["prompt_length"][mean["prompt_length"] >= fit.fit_min_prompt_length].to_numpy()
-        ax_mean.plot(guide_l, start.estimate * (guide_l / start.prompt_length) ** (-fit.predicted),
-                     color=colour, linestyle="--", linewidth=1.1)
+        guide = _rows(cells, quantity="predicted_rate_guide", c=c, statistic="mean").sort_values("prompt_length")
+        ax_mean.plot(guide["prompt_length"], guide["estimate"], color=colour, linestyle="--", linewidth=1.1)
         med = _rows(stat, statistic="median").sort_values("prompt_length")
         mfit = _rows(cells, quantity="exponent", c=c, statistic="median").iloc[0]
         ax_med.plot(med["prompt_length"], med["estimate"], color=colour, marker="o", ms=2.5,
@@ -51,10 +49,11 @@ def draw_concentration_row(axes, rates, metric: str, measure: str):
         ax_local.plot(local["prompt_length"], local["estimate"], color=colour, marker="o", ms=2.5)
         ax_local.fill_between(local["prompt_length"], local["ci_low"], local["ci_high"], color=colour, alpha=0.2, lw=0)
         ax_local.axhline(fit.predicted, color=colour, linestyle="--", linewidth=1.1)
-    guide = r"F4 guide $\propto L^{-\min(1,\,1/(2c))}$" if measure == "gaussian" else r"guide $\propto L^{-1}$ (bounded tokens)"
+    guide = r"predicted rate $L^{-\min(1,\,1/(2c))}$" if measure == "gaussian" else r"predicted rate $L^{-1}$ (bounded tokens)"
     ax_mean.plot([], [], color="grey", linestyle="--", label=guide)
     ax_med.plot([], [], color="grey", linestyle=":", label="90% quantile")
-    ax_local.plot([], [], color="grey", linestyle="--", label=r"predicted $\min(1, 1/(2c))$" if measure == "gaussian" else "predicted 1")
+    predicted = r"predicted exponent $\min(1, 1/(2c))$" if measure == "gaussian" else "predicted exponent 1"
+    ax_local.plot([], [], color="grey", linestyle="--", label=predicted)
     label = METRIC_LABELS.get(metric, metric)
     for ax, title in ((ax_mean, f"mean of {label}"), (ax_med, "median (solid), 90% quantile (dotted)")):
         ax.set_xscale("log", base=2)

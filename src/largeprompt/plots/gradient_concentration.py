@@ -1,4 +1,5 @@
-"""Figure `gradient_concentration` (R3, SPEC §3.2): the concentration panels for the U and V Jacobians (F5)."""
+"""Figure `gradient_concentration` (R3, docs/experiments.md#gradient_concentration): the concentration panels for the
+U and V Jacobians (docs/theory.md#jacobians)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -17,6 +18,6 @@ def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradien
     for row, (measure, metric) in zip(axes, rows):
         draw_concentration_row(row, rates, metric, measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
-    fig.suptitle("R3: gradients wrt U and V concentrate like the outputs (SPEC F5, squared Frobenius Jacobian error)", fontsize=11)
+    fig.suptitle("R3: gradients wrt U and V concentrate like the outputs (paper Prop. 3.4; squared Frobenius error of the Jacobians)", fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -1,4 +1,4 @@
-"""Figure `output_concentration` (R2, SPEC §3.2): mean, median, 90% quantile and local exponent of ‖T_L − T_∞‖²."""
+"""Figure `output_concentration` (R2, docs/experiments.md#output_concentration): mean, median, 90% quantile and local exponent of ‖T_L − T_∞‖²."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -16,6 +16,6 @@ def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_co
     for row, measure in zip(axes, measures):
         draw_concentration_row(row, rates, "output", measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
-    fig.suptitle(r"R2: finite-prompt outputs concentrate on the limit; mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$ (SPEC F4)", fontsize=11)
+    fig.suptitle(r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$", fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

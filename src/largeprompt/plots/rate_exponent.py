@@ -1,6 +1,8 @@
-"""Figure `rate_exponent` (R2, R3, SPEC §3.2): fitted decay exponents against c with the F4 curve and the paper-form fit.
+"""Figure `rate_exponent` (R2, R3, docs/experiments.md#rate_exponent): fitted decay exponents against c with the
+predicted exponent min(1, 1/(2c)) and the paper-form fit (paper Prop. 3.1).
 
-The theory curves come from :mod:`largeprompt.rates` (σ² = c for the Gaussian sweep, so ĉ₂/σ² = ĉ₂/c).
+Every curve is a row of rates.parquet (``predicted_exponent_curve``, ``paper_form_exponent_curve``, written by
+:mod:`largeprompt.stages.rate_tables`); this module only draws.
 """
 from __future__ import annotations
 
@@ -9,9 +11,8 @@ import numpy as np
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from ..rates import paper_form_exponent, predicted_exponent
 from .concentration import METRIC_LABELS
-from .style import THEORY_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure
 
 MARKERS = {"output": "o", "grad_U": "s", "grad_V": "^"}
 OFFSETS = {"output": 0.96, "grad_U": 1.0, "grad_V": 1.04}  # small horizontal dodge, display only
@@ -36,16 +37,18 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
                 ax.errorbar(x, sel["estimate"], yerr=err, color=colours[metric], marker=MARKERS[metric], ms=5,
                             mfc=colours[metric] if fill else "white", linestyle="-" if fill else ":", linewidth=1, capsize=2,
                             label=f"{stat} of {METRIC_LABELS[metric]}")
-        grid = np.geomspace(cells["c"].min() * 0.8, cells["c"].max() * 1.25, 200)
-        f4_label = r"F4 prediction $\min(1, 1/(2c))$" if measure == "gaussian" else "prediction 1 (bounded tokens)"
-        ax.plot(grid, predicted_exponent(grid, measure), label=f4_label, **THEORY_STYLE)
+        curve = rates[(rates["quantity"] == "predicted_exponent_curve") & (rates["measure"] == measure)].sort_values("c")
+        label = (r"predicted rate $L^{-\min(1,\,1/(2c))}$: exponent $\min(1, 1/(2c))$" if measure == "gaussian"
+                 else r"predicted rate $L^{-1}$: exponent 1 (bounded tokens)")
+        ax.plot(curve["c"], curve["estimate"], label=label, **REFERENCE_STYLE)
         for metric, ls in (("output", (0, (4, 2))), ("grad_U", (0, (1.5, 1.5)))):
-            c2 = rates[(rates["quantity"] == "paper_form_c2") & (rates["metric"] == metric) & (rates["measure"] == measure)]
+            mine = (rates["metric"] == metric) & (rates["measure"] == measure)
+            c2 = rates[(rates["quantity"] == "paper_form_c2") & mine]
             if c2.empty:
                 continue
             row = c2.iloc[0]
-            sub = grid[grid >= row.c * 0.9]
-            ax.plot(sub, paper_form_exponent(row.estimate, sub), color="grey", linestyle=ls, linewidth=1.4,
+            sub = rates[(rates["quantity"] == "paper_form_exponent_curve") & mine].sort_values("c")
+            ax.plot(sub["c"], sub["estimate"], color="grey", linestyle=ls, linewidth=1.4,
                     label=(f"paper form $c_1\\ln L/L^{{c_2/\\sigma^2}}$ ({metric}, $c \\geq {row.c:g}$): "
                            f"$\\hat c_2$={row.estimate:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}], curve $\\hat c_2/c$"))
         ax.set_xscale("log")

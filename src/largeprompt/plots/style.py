@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-THEORY_STYLE = dict(color="black", linestyle="--", linewidth=1.4)
+REFERENCE_STYLE = dict(color="black", linestyle="--", linewidth=1.4)  # limits, predictions and optima the data is compared with
 
 
 def apply_style() -> None:

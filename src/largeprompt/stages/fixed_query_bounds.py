@@ -1,5 +1,18 @@
 """R2 at fixed queries: empirical quantiles of ‖T_L − T_∞‖ against the delta-method prediction and the
-rigorous finite-L bound (docs/experiments.md#fixed_query_bound, docs/theory.md#fixed-query-bound)."""
+rigorous finite-L bound (docs/experiments.md#fixed_query_bound, docs/theory.md#fixed-query-fluctuations,
+docs/theory.md#fixed-query-bound).
+
+One row per (κ, L, δ) of fixed_query_bounds.parquet:
+
+* ``empirical_quantile`` with its order-statistic CI ``quantile_ci_low``/``quantile_ci_high``, ``empirical_rms``;
+* the δ-method prediction: ``delta_method_rms`` = √(tr C/L) and ``delta_method_quantile``, the (1 − δ)-quantile
+  of ‖N(0, C/L)‖ from ``n_limit_law_draws`` draws of the limit law;
+* ``sharp_bound`` (the rigorous finite-L bound), ``simple_bound`` (NaN where it does not apply),
+  ``exceed_fraction``, ``bound_holds``, ``trace_c``;
+* for the figure's last panel: ``effective_prompt_length`` L e^{−κ}, ``unit_effective_prompt_length`` e^κ (the L
+  where L e^{−κ} = 1), and ``normalised_quantile``, ``normalised_quantile_ci_low``, ``normalised_quantile_ci_high``,
+  ``normalised_delta_method_quantile``: the quantile, its CI and the δ-method quantile divided by ``delta_method_rms``.
+"""
 from __future__ import annotations
 
 import math
@@ -40,7 +53,7 @@ class FixedQuerySettings:
     n_repetitions: int
     repetition_block: int
     deltas: list
-    n_f2_draws: int
+    n_limit_law_draws: int
 
 
 def fixed_query_setup(kappa: float, dim: int, rho: float, dtype=torch.float64):
@@ -71,27 +84,30 @@ def sorted_errors(cfg: FixedQuerySettings, measure, tilt, limit, lengths, seed, 
 
 
 def kappa_rows(kappa, errors, lengths, terms, limit_quantiles, deltas, level) -> list[dict]:
-    """One row per (L, δ): empirical (1−δ)-quantile with its CI, the limit-law prediction and both bounds."""
+    """One row per (L, δ): empirical (1−δ)-quantile with its CI, the δ-method prediction and both bounds (module docstring)."""
     rows = []
     for j, L in enumerate(lengths):
+        rms = math.sqrt(terms["trace_c"] / L)  # the δ-method scale √(tr C/L)
         for k, delta in enumerate(deltas):
             q = float(np.quantile(errors[:, j], 1 - delta))
             lo, hi = order_statistic_ci(errors[:, j], 1 - delta, level)
             bound = float(sharp_bound(terms, L, delta)[0])
+            law_q = float(limit_quantiles[k]) / math.sqrt(L)
             rows.append(dict(
-                kappa=kappa, prompt_length=L, effective_prompt_length=L * math.exp(-kappa), delta=delta,
+                kappa=kappa, prompt_length=L, effective_prompt_length=L * math.exp(-kappa),
+                unit_effective_prompt_length=math.exp(kappa), delta=delta,
                 n_repetitions=errors.shape[0], empirical_quantile=q, quantile_ci_low=lo, quantile_ci_high=hi,
-                empirical_rms=float(np.sqrt(np.mean(errors[:, j] ** 2))),
-                f2_rms=math.sqrt(terms["trace_c"] / L), f2_quantile=float(limit_quantiles[k]) / math.sqrt(L),
+                empirical_rms=float(np.sqrt(np.mean(errors[:, j] ** 2))), delta_method_rms=rms, delta_method_quantile=law_q,
                 sharp_bound=bound, simple_bound=float(simple_bound(kappa, terms["trace_c"], L, delta)),
                 exceed_fraction=float(np.mean(errors[:, j] > bound)), bound_holds=bool(q <= bound),
-                trace_c=terms["trace_c"],
+                trace_c=terms["trace_c"], normalised_quantile=q / rms, normalised_quantile_ci_low=float(lo) / rms,
+                normalised_quantile_ci_high=float(hi) / rms, normalised_delta_method_quantile=law_q / rms,
             ))
     return rows
 
 
 def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_query_bounds", runtime=DEFAULT_RUNTIME):
-    """Write fixed_query_bounds.parquet: per (κ, L, δ) the empirical quantile, the limit law and the bounds."""
+    """Write fixed_query_bounds.parquet: per (κ, L, δ) the empirical quantile, the δ-method prediction and the bounds."""
     cfg = settings_from(FixedQuerySettings, params["bounds"]["fixed_query"], "bounds.fixed_query")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     lengths = prompt_length_grid(cfg.log2_min_prompt_length, cfg.log2_max_prompt_length, 1)
@@ -105,8 +121,8 @@ def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_qu
         errors = sorted_errors(cfg, measure, tilt, limit, lengths, params["seed"], kappa, params["bounds"]["chunk_size"], device)
         terms = gaussian_bound_terms(tilt.cpu(), cov, value_matrix)
         c_mat = gaussian_asymptotic_covariance(tilt.cpu(), cov, value_matrix)
-        law_gen = stream_generator(params["seed"], "bounds/fixed_query/f2_law", int(round(kappa * 1e6)))
-        law_q = gaussian_norm_quantiles(c_mat, [1 - d for d in deltas], law_gen, int(cfg.n_f2_draws))  # [Δ]
+        law_gen = stream_generator(params["seed"], "bounds/fixed_query/limit_law", int(round(kappa * 1e6)))
+        law_q = gaussian_norm_quantiles(c_mat, [1 - d for d in deltas], law_gen, int(cfg.n_limit_law_draws))  # [Δ]
         rows += kappa_rows(kappa, errors, lengths, terms, law_q, deltas, float(params["bounds"]["ci_level"]))
     out = pd.DataFrame(rows)
     broken = out[~out["bound_holds"]]

@@ -12,7 +12,17 @@ Keys: ``quantity``, ``metric`` (output | grad_U | grad_V), ``measure``, ``c``, `
 * ``asymptotic_constant`` (Gaussian, output): L·E‖T_L − T_∞‖² at the largest L against E_q tr C
   (docs/theory.md#fixed-query-fluctuations), NaN where that average is infinite (c ≥ 1/2).
 * ``paper_form_c1``, ``paper_form_c2``: c₁ ln L / L^{c₂/σ²} fitted jointly over the Gaussian cells with
-  c ≥ paper_form_min_c (the row's ``c``); predicted c₂ = 1/2.
+  c ≥ paper_form_min_c (the row's ``c``); predicted c₂ = 1/2 (paper Prop. 3.1 form).
+
+Curves drawn by the figures, computed here so that the plots only draw (docs/experiments.md#output_concentration,
+docs/experiments.md#rate_exponent):
+
+* ``predicted_rate_guide`` (mean and median, per L of the fitted range): the statistic at the first fitted L,
+  L₀, carried along the predicted rate, estimate = statistic(L₀)·(L/L₀)^{−predicted}.
+* ``predicted_exponent_curve`` (per measure, ``metric`` empty): min(1, 1/(2c)) (1 for bounded tokens) on a
+  geometric grid of ``CURVE_POINTS`` values of ``c`` from 0.8× the smallest to 1.25× the largest c of the measure.
+* ``paper_form_exponent_curve`` (Gaussian, per metric): the exponent ĉ₂/σ² = ĉ₂/c of the paper-form fit on that
+  grid from 0.9× the fit's smallest c, with ``ci_low``/``ci_high`` from the CI of ĉ₂ and ``predicted`` = 1/(2c).
 """
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ from ..rates import (
     fit_paper_form,
     local_exponents,
     loglog_exponent,
+    paper_form_exponent,
     percentile_ci,
     predicted_exponent,
     statistic,
@@ -36,6 +47,7 @@ from ..runlog import progress
 from ..seeding import stream_seed
 
 ERROR_METRICS = {"output": "output_sq_error", "grad_U": "grad_U_sq_error", "grad_V": "grad_V_sq_error"}
+CURVE_POINTS = 200  # c values of the exponent curves
 
 
 def _row(**kw):
@@ -69,7 +81,27 @@ def statistic_rows(errors, lengths, idx, stat: str, level: float, common: dict) 
                          ci_low=llo[j], ci_high=lhi[j], predicted=predicted, **common))
         rows.append(_row(quantity="error_statistic", statistic=stat, prompt_length=float(L), estimate=point[j],
                          ci_low=qlo[j], ci_high=qhi[j], **common))
-    return rows
+    return rows + guide_rows(lengths[fit], point[fit], predicted, stat, common)
+
+
+def guide_rows(fitted_lengths, fitted_point, predicted: float, stat: str, common: dict) -> list[dict]:
+    """The predicted rate through the statistic at the first fitted L₀: statistic(L₀)·(L/L₀)^{−p} on the fitted L."""
+    guide = fitted_point[0] * (fitted_lengths / fitted_lengths[0]) ** (-predicted)  # [P']
+    return [_row(quantity="predicted_rate_guide", statistic=stat, prompt_length=float(L), estimate=float(g),
+                 predicted=predicted, fit_min_prompt_length=fitted_lengths.min(), fit_max_prompt_length=fitted_lengths.max(),
+                 **common) for L, g in zip(fitted_lengths, guide)]
+
+
+def exponent_grid(c_values) -> np.ndarray:
+    """The c grid of the exponent curves: ``CURVE_POINTS`` geometric values over [0.8 min c, 1.25 max c]."""
+    return np.geomspace(min(c_values) * 0.8, max(c_values) * 1.25, CURVE_POINTS)
+
+
+def predicted_curve_rows(measure: str, grid) -> list[dict]:
+    """The predicted exponent min(1, 1/(2c)) (1 for bounded tokens) at every c of ``grid``."""
+    values = predicted_exponent(grid, measure)
+    return [_row(quantity="predicted_exponent_curve", measure=measure, c=float(c), statistic="mean", estimate=float(p),
+                 predicted=float(p)) for c, p in zip(grid, values)]
 
 
 def quantile_rows(errors, lengths, idx, level: float, common: dict) -> list[dict]:
@@ -89,8 +121,9 @@ def constant_row(errors, lengths, idx, sigma_sq: float, dim: int, level: float, 
                 predicted=float(random_query_mean_trace_c(common["c"], sigma_sq, dim)), **common)
 
 
-def paper_form_rows(metric: str, group: list, level: float) -> list[dict]:
-    """Joint fit of c₁ ln L / L^{c₂/σ²} over the Gaussian cells of ``group`` with its bootstrap CI.
+def paper_form_rows(metric: str, group: list, level: float, grid) -> list[dict]:
+    """Joint fit of c₁ ln L / L^{c₂/σ²} over the Gaussian cells of ``group`` with its bootstrap CI, and its
+    exponent curve ĉ₂/c on ``grid`` from 0.9× the smallest fitted c.
 
     ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap indices [B, R]) per c; each c is
     resampled with its own indices (the cells are independent). The heuristic rate predicts c₂ = 1/2.
@@ -107,14 +140,20 @@ def paper_form_rows(metric: str, group: list, level: float) -> list[dict]:
                          estimate=est[k], ci_low=lo, ci_high=hi, predicted=0.5 if pname == "c2" else np.nan,
                          c=min(g[0] for g in group), fit_min_prompt_length=ls.min(), fit_max_prompt_length=ls.max(),
                          n_repetitions=int(group[0][3].shape[0])))
+    c2, sub = rows[-1], grid[grid >= rows[-1]["c"] * 0.9]
+    bounds = [paper_form_exponent(c2[key], sub) for key in ("estimate", "ci_low", "ci_high", "predicted")]
+    rows += [_row(quantity="paper_form_exponent_curve", metric=metric, measure="gaussian", statistic="mean", c=float(c),
+                  estimate=e, ci_low=lo, ci_high=hi, predicted=p, n_repetitions=c2["n_repetitions"])
+             for c, e, lo, hi, p in zip(sub, *bounds)]
     return rows
 
 
 def rate_rows(frame: pd.DataFrame, cfg, seed: int) -> pd.DataFrame:
     """Every row of rates.parquet from the merged error table (module docstring)."""
-    rows, paper_cells = [], {}
+    rows, paper_cells, c_values = [], {}, {}
     for (name, c), cell in progress(list(frame.groupby(["measure", "c"], sort=True)), desc="rates"):
         c, sigma_sq = float(c), float(cell["sigma_sq"].iloc[0])
+        c_values.setdefault(name, []).append(c)
         for metric, column in ERROR_METRICS.items():
             errors, lengths = _error_matrix(cell, column)  # [R, P], [P]
             rng = np.random.default_rng(stream_seed(seed, f"bounds/bootstrap/{name}/{metric}", int(round(c * 1e6))))
@@ -128,6 +167,8 @@ def rate_rows(frame: pd.DataFrame, cfg, seed: int) -> pd.DataFrame:
             if name == "gaussian" and c >= cfg.paper_form_min_c:
                 fit = upper_half(lengths)
                 paper_cells.setdefault(metric, []).append((c, sigma_sq, lengths[fit], errors[:, fit], idx))
+    for name, values in c_values.items():
+        rows += predicted_curve_rows(name, exponent_grid(values))
     for metric, group in paper_cells.items():
-        rows += paper_form_rows(metric, group, cfg.ci_level)
+        rows += paper_form_rows(metric, group, cfg.ci_level, exponent_grid(c_values["gaussian"]))
     return pd.DataFrame(rows)

@@ -31,7 +31,7 @@ from ..provenance import provenance
 from ..rates import t_interval
 
 FINAL_FRACTION = 0.1  # the final loss averages the rows logged in the last tenth of the horizon
-THEORY_MIN_PROMPT_LENGTH = 200  # the softmax leading-order optimum is drawn from here on (an L → ∞ expansion)
+SOFTMAX_EXPANSION_MIN_PROMPT_LENGTH = 200  # the softmax leading-order optimum is drawn from here on (an L → ∞ expansion)
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def theory_columns(L: int, bayes: pd.Series, theory: dict) -> dict:
     b = float(bayes["bayes_risk"])
     return {"optimal_linear_attention_risk": population, "optimal_linear_attention_test_risk": test,
             "softmax_leading_order_risk": softmax, "softmax_leading_order_test_risk": test + softmax - population,
-            "softmax_theory_valid": L >= THEORY_MIN_PROMPT_LENGTH,
+            "softmax_theory_valid": L >= SOFTMAX_EXPANSION_MIN_PROMPT_LENGTH,
             "linear_theory_scaled_excess": L * (test - b), "softmax_theory_scaled_excess": L * (test + softmax - population - b),
             "predicted_excess_ratio": (softmax - theory["noise_variance"]) / (population - theory["noise_variance"])}
 
