@@ -35,18 +35,26 @@ def _risk_panel(ax, runs, flows):
     ax.legend(fontsize=6, ncol=2)
 
 
-def _sharpness_panel(ax, flows, transfer_lr):
+def _sharpness_panel(ax, flows, limit):
     for seed, f in flows[flows["time"] > 0].groupby("seed"):
         ax.plot(f["time"], f["sharpness"], linewidth=1, label=f"flow, seed {seed}")
-    if transfer_lr:
-        ax.axhline(2.0 / transfer_lr, color="tab:red", linestyle=":",
-                   label=f"2/lr = {2.0 / transfer_lr:.3g}: stability limit of the R4 runs")
+    if limit:
+        ax.axhline(limit, color="tab:red", linestyle=":", label=f"2/lr = {limit:.3g}: stability limit of the R4 runs")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"time $t$")
     ax.set_ylabel(r"sharpness $\lambda_{\max}(\nabla^2 R_\infty(\theta_\infty(t)))$")
-    ax.set_title("SGD tracks the flow only where lr·sharpness < 2", fontsize=9)
+    ax.set_title("SGD tracks the flow only where lr·sharpness < 2\n(the R6 runs keep lr·λ ≤ 1.6 by their step-size rule)",
+                 fontsize=9)
     ax.legend(fontsize=6.5)
+
+
+def _fit_label(label, fit) -> str:
+    if not len(fit) or "slope" not in fit or not np.isfinite(fit["slope"].iloc[0]):
+        return label + ": no slope (fewer than 2 lengths above the floor)"
+    f = fit.iloc[0]
+    ci = f"[{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]" if np.isfinite(f["slope_lo"]) else f"(no CI: {int(f['n_fitted'])} points)"
+    return f"{label}: slope {f['slope']:.2f} {ci}"
 
 
 def _gap_panel(ax, gaps, slopes):
@@ -55,27 +63,26 @@ def _gap_panel(ax, gaps, slopes):
         if pts.empty:
             continue
         fit = slopes[(slopes["experiment"] == key[0]) & (slopes["model"] == key[1])]
-        text = ": no slope (fewer than 2 lengths above the floor)"
         if len(fit) and "slope" in fit and np.isfinite(fit["slope"].iloc[0]):
             f = fit.iloc[0]
-            grid = np.geomspace(f["fit_min_prompt_length"], f["fit_max_prompt_length"], 20)
-            ax.plot(grid, np.exp(f["intercept"]) * grid ** f["slope"], color=color, linewidth=1)
-            text = f": slope {f['slope']:.2f} [{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]"
-        ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=label + text)
-        floor = pts.dropna(subset=["noise_floor"])
-        if len(floor):
-            factor = float(fit["floor_factor"].iloc[0]) if len(fit) else 3.0
+            ax.plot([f["fit_min_prompt_length"], f["fit_max_prompt_length"]], [f["fit_gap_at_min"], f["fit_gap_at_max"]],
+                    color=color, linewidth=1)
+        ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=_fit_label(label, fit))
+        floor = pts.dropna(subset=["noise_floor"]).drop_duplicates("prompt_length")
+        if len(floor) and len(fit):
+            factor = float(fit["floor_factor"].iloc[0])
             ax.scatter(floor["prompt_length"], factor * floor["noise_floor"], color=color, marker=marker, s=22,
                        facecolors="none", label=f"{label}: {factor:g}× SGD-noise floor (two batch streams)")
-    ok = slopes[np.isfinite(slopes["slope"])] if "slope" in slopes else slopes.iloc[:0]
-    if len(ok):
-        f = ok.iloc[0]
-        grid = np.geomspace(f["fit_min_prompt_length"], f["fit_max_prompt_length"], 20)
-        mid = np.sqrt(grid[0] * grid[-1])
-        y_mid = np.exp(f["intercept"]) * mid ** f["slope"]
-        ax.plot(grid, y_mid * mid / grid * 0.5, label=r"slope $-1$ (theory: $O(1/L)$)", **REFERENCE_STYLE)
+    ref = slopes[(slopes["experiment"] == "full_model") & (slopes["model"] == "softmax")]
+    if len(ref) and "reference_gap_at_min" in ref and np.isfinite(ref["reference_gap_at_min"].iloc[0]):
+        f = ref.iloc[0]
+        ax.plot([f["fit_min_prompt_length"], f["fit_max_prompt_length"]], [f["reference_gap_at_min"], f["reference_gap_at_max"]],
+                label=r"slope $-1$: the $O(1/L)$ of Thm 4.3", **REFERENCE_STYLE)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    lengths = sorted(gaps["prompt_length"].unique())
+    ax.set_xticks(lengths, [str(L) for L in lengths], fontsize=7)
+    ax.minorticks_off()
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$\sup_{t\leq T}\|\theta_L(t) - \theta_\infty(t)\|$")
     ax.set_title("distance to the flow on a fixed horizon (95% CI on slopes)", fontsize=9)
@@ -89,10 +96,10 @@ def plot_trajectory_transfer(inputs, outputs, params=None, rule="plot_trajectory
     flows = pd.concat([read_parquet(p, columns=["seed", "time", "infinite_prompt_risk", "sharpness"])
                        for p in inputs["flows"]], ignore_index=True)
     gaps, slopes = read_parquet(inputs["gaps"]), read_parquet(inputs["slopes"])
-    transfer_lr = float(gaps["transfer_lr"].iloc[0]) if "transfer_lr" in gaps and len(gaps) else None
+    limit = float(gaps["stability_limit"].iloc[0]) if "stability_limit" in gaps and len(gaps) else None
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [1.25, 0.9, 1.15]})
     _risk_panel(axes[0], runs, flows)
-    _sharpness_panel(axes[1], flows, transfer_lr)
+    _sharpness_panel(axes[1], flows, limit)
     _gap_panel(axes[2], gaps, slopes)
     fig.suptitle("R4: finite-prompt training follows the infinite-prompt gradient flow, within $O(1/L)$ on a fixed "
                  "horizon", fontsize=11)

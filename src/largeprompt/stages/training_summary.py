@@ -150,6 +150,18 @@ def theory_columns(L: int, bayes: pd.Series, theory: dict) -> dict:
             "predicted_excess_ratio": (softmax - theory["noise_variance"]) / (population - theory["noise_variance"])}
 
 
+def excess_ratios(table: pd.DataFrame) -> pd.DataFrame:
+    """Per L, softmax's excess over the Bayes risk divided by linear's: measured (means over ok runs) and
+    predicted (the leading-order optima, docs/theory.md#softmax-finite-prompt-optimum)."""
+    wide = table.pivot(index="prompt_length", columns="model")
+    if not {"softmax", "linear"} <= set(table["model"]):
+        return table.assign(excess_ratio_measured=np.nan, excess_ratio_predicted=np.nan)
+    measured = wide["scaled_excess_risk_mean"]["softmax"] / wide["scaled_excess_risk_mean"]["linear"]
+    predicted = wide["softmax_theory_scaled_excess"]["softmax"] / wide["linear_theory_scaled_excess"]["softmax"]
+    return table.assign(excess_ratio_measured=table["prompt_length"].map(measured),
+                        excess_ratio_predicted=table["prompt_length"].map(predicted))
+
+
 def summarize_training(inputs, outputs, params, rule="summarize_training"):
     """Write results/<run>/summary/training_runs.parquet (one row per run) and training_prompt_lengths.parquet."""
     cfg = settings_from(SummarySettings, params["train"], "train")
@@ -167,7 +179,7 @@ def summarize_training(inputs, outputs, params, rule="summarize_training"):
     theory = {"noise_variance": task.noise_variance, "valley_correction": f_min, "valley_scale": alpha}
     rows = [prompt_length_row(g, trajectories[(trajectories["model"] == m) & (trajectories["prompt_length"] == L)],
                               bayes.loc[L], theory, cfg) for (m, L), g in runs.groupby(["model", "prompt_length"])]
-    table = pd.DataFrame(rows).assign(valley_scale=alpha, valley_correction=f_min)
+    table = excess_ratios(pd.DataFrame(rows).assign(valley_scale=alpha, valley_correction=f_min))
     for r in rows:
         print(f"{r['model']:8s} L={r['prompt_length']:5d}: test {r['final_test_loss_mean']:.4f} "
               f"[{r['final_test_loss_lo']:.4f}, {r['final_test_loss_hi']:.4f}] median {r['final_test_loss_median']:.4f} "

@@ -79,10 +79,21 @@ def slopes(gaps: pd.DataFrame, floor_factor: float) -> pd.DataFrame:
                "fit_max_prompt_length": above["prompt_length"].max() if len(above) else np.nan}
         if above["prompt_length"].nunique() >= 2:
             row.update(loglog_slope_by_group(above["prompt_length"], above["sup_distance"], above["seed"]))
+            row.update(fit_line_ends(row))
         rows.append(row)
         print(f"{experiment} {model}: {row.get('slope', np.nan):.3f} [{row.get('slope_lo', np.nan):.3f}, "
               f"{row.get('slope_hi', np.nan):.3f}] over {len(above)}/{len(g)} points above {floor_factor}× floor")
     return pd.DataFrame(rows)
+
+
+def fit_line_ends(fit: dict) -> dict:
+    """Ends of the fitted line (mean intercept over seeds) and of a slope −1 reference line through the fit's
+    geometric midpoint, at half its height, over the fitted L range: what the figure draws."""
+    lo, hi = float(fit["fit_min_prompt_length"]), float(fit["fit_max_prompt_length"])
+    line = lambda L: float(np.exp(fit["intercept"]) * L ** fit["slope"])  # noqa: E731
+    mid = np.sqrt(lo * hi)
+    return {"fit_gap_at_min": line(lo), "fit_gap_at_max": line(hi),
+            "reference_gap_at_min": 0.5 * line(mid) * mid / lo, "reference_gap_at_max": 0.5 * line(mid) * mid / hi}
 
 
 def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):
@@ -93,6 +104,7 @@ def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):
     gaps = pd.concat([full_model_gaps(runs, task, int(params["seed"]), tol), reduced_gaps(read_parquet(inputs["reduced"]))],
                      ignore_index=True)
     gaps["transfer_lr"] = float(params["transfer"]["lr"])
+    gaps["stability_limit"] = 2.0 / gaps["transfer_lr"]  # the sharpness above which the transfer runs' SGD is unstable
     prov = provenance(rule, params, base_seed=params["seed"], run_seeds=sorted(gaps["seed"].unique()))
     write_parquet(gaps, outputs["gaps"], prov)
     write_parquet(slopes(gaps, float(params["transfer"]["floor_factor"])), outputs["slopes"], prov)
