@@ -13,6 +13,7 @@ rule simulate_affine_limit:
         ENV
     threads: config["threads_per_job"]
     resources:
+        **gpu_request(),
         mem_mb=2000,
         runtime=30,
     params:

@@ -11,6 +11,7 @@ rule simulate_fixed_query_bounds:
         ENV
     threads: config["threads_per_job"]
     resources:
+        **gpu_request(),
         mem_mb=1500,
         runtime=60,
     params:

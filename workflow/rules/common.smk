@@ -70,6 +70,11 @@ def transfer_runtime(prompt_length):
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
 
+def gpu_request():
+    """SLURM resources of a compute rule: one GPU when config ``device`` is cuda (README, Run on a cluster)."""
+    return {"gres": "gpu:1"} if config["device"] == "cuda" else {}
+
+
 def longest_prompt():
     """The test set's prompt length: the longest L trained (R6 or R4); shorter L read prefixes."""
     return max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])

@@ -15,6 +15,7 @@ rule simulate_errors:
         ENV
     threads: config["threads_per_job"]
     resources:
+        **gpu_request(),
         mem_mb=1500,
         runtime=60,
     params:

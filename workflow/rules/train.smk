@@ -17,6 +17,7 @@ rule train:
         ENV
     threads: config["threads_per_job"]
     resources:
+        **gpu_request(),
         mem_mb=2000,
         runtime=lambda w: training_runtime(int(w.L)),
     params:
@@ -72,6 +73,7 @@ rule train_transfer:
         ENV
     threads: config["threads_per_job"]
     resources:
+        **gpu_request(),
         mem_mb=2000,
         runtime=lambda w: transfer_runtime(int(w.L)),
     params:
