@@ -26,7 +26,7 @@ from jinja2 import Environment, StrictUndefined
 from PIL import Image, ImageFilter
 from snakemake.utils import validate
 
-from conftest import REPO, copy_repo, run, snakemake_cmd
+from conftest import REPO, run, snakemake_cmd
 from largeprompt.config import check_config
 from largeprompt.report import data_uri, landing_page
 

@@ -7,22 +7,30 @@ see the same query [B, D], prompt [B, L, D] and target [B]. Run r predicts
                            w_rbi = zᵇᵢ·u_r,    u_r = V_rᵀO_rᵀ,
 
 with p = softmax_i(s) (``softmax``) or s/L (``linear``) (docs/theory.md#full-model-infinite-prompt-risk).
-One batched product prompt @ [a_r…, u_r…] gives every run's scores and values, and one more gives every
-gradient, so a step costs two passes over the prompt whatever R is (docs/experiments.md#training-protocol).
-Gradients of the mean squared error, with g_rb = ∂ℓ_r/∂ŷ_rb:
-  softmax: ∇a_rb = g_rb Σᵢ p_rbi (w_rbi − ŷ_rb) zᵢ,  ∇u_r = Σ_b g_rb Σᵢ p_rbi zᵢ;
-  linear:  ∇a_rb = g_rb Σᵢ w_rbi zᵢ / L,             ∇u_r = Σ_b g_rb Σᵢ s_rbi zᵢ / L;
-then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ.
+A step makes two passes over the prompt whatever R is (docs/experiments.md#training-protocol): one batched
+product rows @ promptᵀ gives every run's scores and values as rows [B, 2R, L] (contiguous in i, softmax
+runs first), and one product of those rows, re-weighted in place, with the prompt gives every moment:
+
+  softmax: with e = exp(s − max s), Z = Σᵢ eᵢ, m = Σᵢ eᵢzᵢ/Z and n = Σᵢ eᵢwᵢzᵢ/Z:
+           ŷ = u·m,  ∇a_rb = g_rb (n − ŷ m),  ∇u_r = Σ_b g_rb m;
+  linear:  ŷ = a·Σᵢ wᵢzᵢ/L,  ∇a_rb = g_rb Σᵢ wᵢzᵢ/L,  ∇u_r = Σ_b g_rb Σᵢ sᵢzᵢ/L,
+
+g_rb = ∂ℓ_r/∂ŷ_rb; then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ.
+Linear runs need no elementwise pass over the prompt, softmax runs three (max, exp, e·w). Large batches go
+through in blocks of prompts (BLOCK_ELEMENTS), so that the rows stay in cache and memory stays bounded.
 Checked against autograd through the naive Q/K/V/O model (tests/test_multirun.py).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from . import models
+
+BLOCK_ELEMENTS = 1 << 22  # the rows of one block of prompts, [block, 2R, L], hold at most this many numbers
 
 
 @dataclass
@@ -52,46 +60,117 @@ class RunStack:
         return self.K.mT @ self.Q / math.sqrt(D), (self.O @ self.V).squeeze(-2)
 
 
-def _scores_and_values(query, prompt, U, u):
-    """s, w [B, L, R]: every run's scores and values from one batched product over the prompt."""
-    a = torch.einsum("rij,bj->bir", U, query)  # [B, D, R]
-    columns = torch.cat([a, u.T.unsqueeze(0).expand(query.shape[0], -1, -1)], dim=-1)  # [B, D, 2R]
-    sw = prompt @ columns  # [B, L, 2R]
-    R = U.shape[0]
-    return sw[..., :R], sw[..., R:]
+@functools.lru_cache(maxsize=64)
+def _order(flags: tuple[bool, ...], device: torch.device):
+    """(order, back, S): run indices with the softmax runs first (stack order kept within each group), the inverse
+    permutation and the number S of softmax runs; order and back are None when the softmax runs already come first."""
+    order = [r for r, soft in enumerate(flags) if soft] + [r for r, soft in enumerate(flags) if not soft]
+    if order == list(range(len(flags))):
+        return None, None, sum(flags)
+    order = torch.tensor(order, device=device)
+    return order, torch.argsort(order), sum(flags)
 
 
-def _weights(scores, softmax, prompt_length: int):
-    """p [B, L, R]: softmax over the prompt for softmax runs, s/L for linear runs."""
-    soft = torch.softmax(scores, dim=1)
-    return torch.where(softmax, soft, scores / prompt_length)
+def _attention_in_order(stack: RunStack):
+    """U [R, D, D], u [R, D] with the softmax runs first, the inverse permutation (or None) and S."""
+    order, back, S = _order(tuple(stack.softmax.tolist()), stack.Q.device)
+    U, u = stack.attention()
+    return (U, u, back, S) if order is None else (U[order], u[order], back, S)
+
+
+def _rows(query, prompt, U, u):
+    """a [B, R, D] and the rows [B, 2R, L]: s_r = prompt a_r (r < R), then w_r = prompt u_r, in one batched product."""
+    R, D, _ = U.shape
+    a = (query @ U.reshape(R * D, D).T).view(-1, R, D)  # a_rb = U_r q_b
+    columns = torch.cat([a, u.expand_as(a)], dim=1)  # [B, 2R, D]
+    return a, columns @ prompt.mT
+
+
+def _exponentiate(rows, S: int):
+    """In place: the S softmax score rows become e = exp(s − max s); returns Z = Σᵢ eᵢ [B, S, 1]."""
+    scores = rows[:, :S]
+    scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+    return scores.sum(-1, keepdim=True)
+
+
+def _predict_block(rows, R: int, S: int, prompt_length: int):
+    """ŷ [B, R] of one block from its rows (softmax runs first); ``rows`` is overwritten."""
+    if S:
+        Z = _exponentiate(rows, S)
+        rows[:, :S].div_(Z)  # p = e/Z
+    rows[:, S:R].div_(prompt_length)  # p = s/L
+    return (rows[:, :R] * rows[:, R:]).sum(-1)  # Σ p w
+
+
+def _blocks(batch: int, n_runs: int, prompt_length: int):
+    """Slices of the batch whose rows [block, 2R, L] hold at most BLOCK_ELEMENTS numbers."""
+    size = max(1, BLOCK_ELEMENTS // (2 * n_runs * max(1, prompt_length)))
+    return [slice(start, start + size) for start in range(0, batch, size)]
 
 
 def predict(stack: RunStack, query, prompt) -> torch.Tensor:
-    """ŷ [R, B] of every run on one batch."""
-    U, u = stack.attention()
-    scores, values = _scores_and_values(query, prompt, U, u)
-    weights = _weights(scores, stack.softmax, prompt.shape[1])
-    return (weights * values).sum(1).T
+    """ŷ [R, B] of every run on one batch (a large test set goes through in blocks of prompts)."""
+    U, u, back, S = _attention_in_order(stack)
+    B, L, _ = prompt.shape
+    blocks = []
+    for rows_of in _blocks(B, U.shape[0], L):
+        _, rows = _rows(query[rows_of], prompt[rows_of], U, u)
+        blocks.append(_predict_block(rows, U.shape[0], S, L))
+    prediction = torch.cat(blocks, dim=0).T  # [R, B], softmax runs first
+    return prediction if back is None else prediction[back]
+
+
+def _moments(query, prompt, U, u, S: int):
+    """a [B, R, D], the moments [B, 2R, D] (module doc: Σ e z, Σ s z, then Σ e w z, Σ w z) and Z [B, S, 1]."""
+    a, rows = _rows(query, prompt, U, u)
+    R = U.shape[0]
+    Z = None
+    if S:
+        Z = _exponentiate(rows, S)
+        rows[:, R : R + S].mul_(rows[:, :S])  # e·w
+    return a, rows @ prompt, Z
+
+
+def _readout_gradients(a, moments, Z, u, S: int, L: int):
+    """ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module doc)."""
+    R = u.shape[0]
+    first, second = moments[:, :R], moments[:, R:]  # (Σ e z, Σ s z), (Σ e w z, Σ w z)
+    linear_pred = (a[:, S:] * second[:, S:]).sum(-1) / L  # a·Σ w z / L
+    if not S:
+        return linear_pred, second / L, first / L
+    mean, tilted = first[:, :S] / Z, second[:, :S] / Z  # m, n
+    soft_pred = (mean * u[:S]).sum(-1)  # ŷ = u·m
+    prediction = torch.cat([soft_pred, linear_pred], dim=1)
+    for_a = torch.cat([tilted - soft_pred.unsqueeze(-1) * mean, second[:, S:] / L], dim=1)  # n − ŷm | Σ w z / L
+    for_u = torch.cat([mean, first[:, S:] / L], dim=1)  # m | Σ s z / L
+    return prediction, for_a, for_u
+
+
+def _block_sums(query, prompt, target, U, u, S: int, batch: int):
+    """One block's Σ_b ℓ_rb [R], Σ_b ∇a_rb q_bᵀ [R·D, D] and Σ_b ∇u_rb [R, D], for the batch mean over ``batch``."""
+    R, D = u.shape
+    a, moments, Z = _moments(query, prompt, U, u, S)
+    prediction, for_a, for_u = _readout_gradients(a, moments, Z, u, S, prompt.shape[1])
+    residual = prediction - target.unsqueeze(-1)  # [b, R]
+    g = ((2.0 / batch) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [b, R, 1]
+    grad_a = (for_a * g).view(-1, R * D)  # [b, R·D]
+    return (residual * residual).sum(0), grad_a.T @ query, (for_u * g).sum(0)
 
 
 def loss_and_gradients(stack: RunStack, query, prompt, target):
     """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically."""
     B, L, D = prompt.shape
-    U, u = stack.attention()
-    scores, values = _scores_and_values(query, prompt, U, u)  # [B, L, R]
-    weights = _weights(scores, stack.softmax, L)
-    prediction = (weights * values).sum(1)  # [B, R]
-    residual = prediction - target.unsqueeze(-1)  # [B, R]
-    loss = (residual * residual).mean(0)  # [R]
-    g = (2.0 / B) * residual.unsqueeze(1)  # ∂ℓ/∂ŷ, [B, 1, R]
-    soft = stack.softmax
-    mix_a = torch.where(soft, weights * (values - prediction.unsqueeze(1)), values / L) * g  # [B, L, R]
-    mix_u = torch.where(soft, weights, scores / L) * g  # [B, L, R]
-    moments = prompt.mT @ torch.cat([mix_a, mix_u], dim=-1)  # [B, D, 2R]
+    U, u, back, S = _attention_in_order(stack)
     R = U.shape[0]
-    grad_a, grad_u = moments[..., :R], moments[..., R:].sum(0).T  # [B, D, R], [R, D]
-    grad_U = torch.einsum("bir,bj->rij", grad_a, query) / math.sqrt(D)  # ∇U/√D, [R, D, D]
+    total = None
+    for rows_of in _blocks(B, R, L):
+        sums = _block_sums(query[rows_of], prompt[rows_of], target[rows_of], U, u, S, B)
+        total = sums if total is None else [t + x for t, x in zip(total, sums)]
+    loss, grad_U, grad_u = total
+    loss = loss / B  # [R]
+    grad_U = grad_U.view(R, D, D) / math.sqrt(D)  # ∇U/√D = Σ_b ∇a_rb q_bᵀ/√D
+    if back is not None:  # back to the stack's order
+        loss, grad_U, grad_u = loss[back], grad_U[back], grad_u[back]
     grads = {
         "Q": stack.K @ grad_U,
         "K": stack.Q @ grad_U.mT,

@@ -103,7 +103,7 @@ def check_run_name(name: str) -> str:
     return name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(path: Path) -> set[str]:
     """Absolute names of the largeprompt modules that ``path`` imports anywhere in its body."""
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -167,7 +167,7 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_fingerprint(path: str | os.PathLike) -> str:
     """A hash of a module's syntax tree without docstrings (comments never reach it): 12 hex digits."""
     tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=str(path)))

@@ -11,7 +11,6 @@ the logged rows are the whole state, and a job resumes bit-identically from its 
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,0 +1,186 @@
+"""Cost of each stage of a configuration's DAG, extrapolated from timed slices (``largeprompt bench --paper``).
+
+Every stage is timed in CPU seconds on small slices of its work, at two sizes (w₁ < w₂) where its cost has a
+fixed part, with the configuration's own params otherwise; seconds ≈ a + b·w is then evaluated at the
+configuration's work. Each function returns the stage's jobs (:class:`~largeprompt.bench.schedule.Job`)
+and a note saying what was timed.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from ..schedules import estimated_steps
+from ..stages.concentration import prompt_length_grid
+from .report import run_worker
+from .schedule import Job, fit_linear, predict_linear
+
+
+def with_values(config: dict, **dotted) -> dict:
+    """A deep copy of ``config`` with the dotted keys set (``bounds__n_repetitions=250`` sets bounds.n_repetitions)."""
+    out = copy.deepcopy(config)
+    for key, value in dotted.items():
+        node, *parents, last = out, *key.split("__")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return out
+
+
+def timed(rule: str, params: dict, folder: Path, inputs: dict | None = None) -> dict:
+    """{"cpu": seconds, "rss_mb": peak} of one ``stage_run`` worker."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return run_worker("stage_run", rule=rule, inputs=inputs or {}, folder=str(folder), params=params)
+
+
+def prepared(kind: str, folder: Path, **spec) -> dict:
+    return run_worker("stage_prepare", kind=kind, folder=str(folder), spec=spec)
+
+
+def _sliced(rule, config, folder, sizes, settings, inputs=None):
+    """Fit of the stage's CPU seconds against the work sizes; ``settings(w)`` gives the dotted overrides at w."""
+    runs = [timed(rule, with_values(config, **settings(w)), folder / f"{rule}_{w}", inputs) for w in sizes]
+    return fit_linear(sizes, [r["cpu"] for r in runs]), runs
+
+
+def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
+    inputs = prepared("queries", folder / "queries", params=config)
+    sizes = [2, 6] if quick else [4, 12]
+    fit, _ = _sliced("simulate_affine_limit", config, folder, sizes, lambda w: {"affine_limit__n_prompts": w}, inputs)
+    n = config["affine_limit"]["n_prompts"]
+    return [Job("simulate_affine_limit", "affine_limit", predict_linear(fit, n), ("make_queries",))], \
+        f"n_prompts {sizes} → {n}"
+
+
+def concentration(config, folder, quick) -> tuple[list[Job], str]:
+    """simulate_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates."""
+    b = config["bounds"]
+    log2 = [11, 13] if quick else [13, 15]
+    work = [250 * 2**k for k in log2]
+    paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
+    jobs = []
+    for measure in b["measures"]:
+        cfg = with_values(config, measure=measure, c=1.0, bounds__n_repetitions=250, bounds__repetition_block=250)
+        fit, _ = _sliced("simulate_errors", cfg, folder / measure, work,
+                         lambda w: {"bounds__log2_max_prompt_length": (w // 250).bit_length() - 1})
+        jobs += [Job(f"simulate_errors {measure} c={c:g}", "simulate_errors", predict_linear(fit, paper_work))
+                 for c in b["c_values"]]
+    collect, rates = _error_tables(config, folder, quick)
+    jobs += [Job("collect_errors", "collect_errors", collect, ("simulate_errors",)),
+             Job("estimate_rates", "estimate_rates", rates, ("collect_errors",))]
+    return jobs, f"simulate_errors: 250 repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
+                 f"{b['log2_max_prompt_length']}; collect_errors {collect:.0f} s, estimate_rates {rates:.0f} s: " \
+                 "synthetic tables of 3 cells"
+
+
+def _error_tables(config, folder, quick):
+    """collect_errors and estimate_rates on synthetic tables of 3 (measure, c) cells, cost ∝ cells x repetitions."""
+    b = config["bounds"]
+    lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
+    cells = [["gaussian", 0.5], ["gaussian", 1.0], [b["measures"][-1], 1.0]]
+    paper_cells = len(b["measures"]) * len(b["c_values"])
+    reps = [50, 150] if quick else [200, 600]
+    collect, rates = [], []
+    for r in reps:
+        jobs = prepared("errors", folder / f"errors_{r}", cells=cells, lengths=lengths, n_repetitions=r)
+        out = folder / f"collect_{r}"
+        collect.append(timed("collect_errors", config, out, jobs)["cpu"])
+        tables = {k: str(out / f"{k}.parquet") for k in ("output_errors", "gradient_errors")}
+        rates.append(timed("estimate_rates", config, folder / f"rates_{r}", tables)["cpu"])
+    work, paper_work = [len(cells) * r for r in reps], paper_cells * b["n_repetitions"]
+    return predict_linear(fit_linear(work, collect), paper_work), predict_linear(fit_linear(work, rates), paper_work)
+
+
+def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
+    f = config["bounds"]["fixed_query"]
+    log2 = [11, 13] if quick else [13, 15]
+    cfg = with_values(config, bounds__fixed_query__n_repetitions=500, bounds__fixed_query__repetition_block=500)
+    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, [500 * 2**k for k in log2],
+                     lambda w: {"bounds__fixed_query__log2_max_prompt_length": (w // 500).bit_length() - 1})
+    work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
+    return [Job("simulate_fixed_query_bounds", "fixed_query_bounds", predict_linear(fit, work))], \
+        f"500 repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
+
+
+def flow_fit(config, folder, quick):
+    """full_model_flow's CPU seconds against the horizon T, with flow points ∝ T (the ODE and one Hessian per point)."""
+    horizon, points = config["train"]["horizon"], config["infinite"]["flow_points"]
+    fractions = [1 / 60, 1 / 30] if quick else [1 / 30, 1 / 15]
+    sizes = [horizon * x for x in fractions]
+    cfg = with_values(config, run_seed=config["train"]["seeds"][0])
+    fit, _ = _sliced("full_model_flow", cfg, folder, sizes,
+                     lambda T: {"train__horizon": T, "infinite__flow_points": max(2, round(points * T / horizon))})
+    return fit, sizes
+
+
+def flows(config, folder, quick) -> tuple[list[Job], str]:
+    """full_model_flow per seed, balanced_flow, reduced_model and trajectory_gap."""
+    fit, sizes = flow_fit(config, folder, quick)
+    horizon = config["train"]["horizon"]
+    jobs = [Job(f"full_model_flow seed={s}", "full_model_flow", predict_linear(fit, horizon))
+            for s in config["train"]["seeds"]]
+    alphas = config["infinite"]["balanced_flow"]["alphas"]
+    bal, _ = _sliced("balanced_flow", config, folder, [1, 2],
+                     lambda n: {"infinite__balanced_flow__alphas": alphas[:n]})
+    reduced = config["infinite"]["reduced_model"]
+    seeds, steps = reduced["seeds"], reduced["steps"]
+    cfg = with_values(config, infinite__reduced_model__seeds=seeds[:1])  # cost ∝ seeds x steps
+    red, _ = _sliced("reduced_model", cfg, folder, [5, 10] if quick else [10, 20],
+                     lambda n: {"infinite__reduced_model__steps": n})
+    t = config["transfer"]
+    gap = len(t["seeds"]) * predict_linear(fit, t["horizon"])  # one flow per seed at the runs' logged times
+    jobs += [Job("balanced_flow", "balanced_flow", predict_linear(bal, len(alphas))),
+             Job("reduced_model", "reduced_model", len(seeds) * predict_linear(red, steps)),
+             Job("trajectory_gap", "trajectory_gap", gap, ("train_transfer", "reduced_model"))]
+    return jobs, f"full_model_flow: horizon {[round(x, 3) for x in sizes]} → {horizon}; balanced_flow: 1, 2 starts " \
+                 f"→ {len(alphas)}; reduced_model: 1 seed x {[10, 20]} steps → {len(seeds)} x {steps}"
+
+
+def data(config, folder, quick) -> tuple[list[Job], str, float]:
+    """make_icl_test_set, bayes_risk and a training job's reading of the test set, at two test-set sizes (∝ n_test).
+
+    Also returns the seconds a training job spends reading the test set at the configuration's n_test.
+    """
+    longest = max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
+    sizes = [100, 300] if quick else [400, 1200]
+    cost = {"make_icl_test_set": [], "bayes_risk": [], "load_test_set": []}
+    for n in sizes:
+        cfg = with_values(config, icl__n_test=n, max_prompt_length=longest, prompt_length=longest)
+        test_set = {"test_set": str(folder / f"make_icl_test_set_{n}" / "test_set.parquet")}
+        for rule in cost:
+            inputs = None if rule == "make_icl_test_set" else test_set
+            cost[rule].append(timed(rule, cfg, folder / f"{rule}_{n}", inputs)["cpu"])
+    n = config["icl"]["n_test"]
+    at = {rule: predict_linear(fit_linear(sizes, c), n) for rule, c in cost.items()}
+    jobs = [Job("make_icl_test_set", "make_icl_test_set", at["make_icl_test_set"]),
+            Job("bayes_risk", "bayes_risk", at["bayes_risk"], ("make_icl_test_set",)),
+            Job("make_queries", "make_queries", 0.0)]
+    return jobs, f"n_test {sizes} → {n} at L = {longest}", at["load_test_set"]
+
+
+def training_jobs(section: dict, config: dict, costs: dict, stage: str, after=("make_icl_test_set",)) -> list[Job]:
+    """One job per L: steps x step(L) + (n_log + 1) test-loss passes on n_test prompts, from the fitted costs."""
+    steps = estimated_steps(section.get("step_size_rule", "constant"), section["lr"], section["horizon"],
+                            section.get("stability_fraction", 1.0), section.get("final_lr", float("inf")))
+    scale = config["icl"]["n_test"] / costs["n_test"]
+    return [Job(f"{stage} L={L}", stage, steps * predict_linear(costs["step"], L)
+                + (section["n_log"] + 1) * scale * predict_linear(costs["test"], L), after)
+            for L in section["prompt_lengths"]]
+
+
+MAX_TIMED_BATCH = 1024  # larger batches are timed at this size; the per-token cost scales with the batch
+
+
+def engine_costs(section: dict, quick: bool, lengths=(10, 100, 1000), dtype: str = "float32") -> dict:
+    """Fitted a + b·L of the engine's step and of one test-loss pass (on n_test prompts) for ``section``'s runs.
+
+    A batch above MAX_TIMED_BATCH is timed at that size and b scaled by batch / MAX_TIMED_BATCH (a step costs
+    a fixed part plus a part ∝ batch x L).
+    """
+    runs = (section["models"], section["seeds"], section["replicate_seeds"])
+    n_test, batch = 256 if quick else 1024, min(section["batch_size"], MAX_TIMED_BATCH)
+    cpu = run_worker("train_costs", repeats=5 if quick else 15, lengths=list(lengths), n_test=n_test, runs=runs,
+                     dtype=dtype, batch=batch)["cpu"]
+    a, b = fit_linear(lengths, [cpu[f"step{L}"] for L in lengths])
+    return {"step": (a, b * section["batch_size"] / batch),
+            "test": fit_linear(lengths, [cpu[f"test{L}"] for L in lengths]), "n_test": n_test}

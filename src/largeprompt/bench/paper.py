@@ -1,0 +1,151 @@
+"""The cost of config/paper.yaml (docs/experiments.md#configurations): its training in core-hours (part of every
+``largeprompt bench``) and, with ``--paper``, its whole DAG on N cores, from timed slices of every stage.
+
+Slices run the stages' library functions with the paper's params (config/paper.yaml merged over
+config/config.yaml) at reduced repetitions, horizons or steps (:mod:`largeprompt.bench.costs`); each job's
+CPU time is extrapolated linearly in its work, and the jobs are list-scheduled on N one-thread cores,
+longest ready job first, in the order the DAG allows (:mod:`largeprompt.bench.schedule`).
+"""
+from __future__ import annotations
+
+import copy
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from . import costs
+from .pipeline import REPO
+from .schedule import Job, critical_path, schedule
+
+FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
+           "balanced_flow", "training_vs_prompt_length", "trajectory_transfer")
+FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("estimate_rates",),
+                 "gradient_concentration": ("estimate_rates",), "rate_exponent": ("estimate_rates",),
+                 "fixed_query_bound": ("fixed_query_bounds",), "balanced_flow": ("balanced_flow",),
+                 "training_vs_prompt_length": ("summarize_training",), "trajectory_transfer": ("trajectory_gap", "train")}
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """``overlay`` merged into a copy of ``base``, mappings key by key (as Snakemake merges --configfile overlays)."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
+
+
+def paper_config(repo: Path = REPO, overlay: str = "config/paper.yaml") -> dict:
+    """config/config.yaml with ``overlay`` merged over it, numbers read as numbers and checked by the schema."""
+    from ..config import check_config
+
+    base, extra = (yaml.safe_load((repo / name).read_text()) for name in ("config/config.yaml", overlay))
+    config = deep_merge(base, extra)
+    check_config(config, repo / "workflow" / "schemas" / "config.schema.yaml")
+    return config
+
+
+def job_overhead_seconds() -> float:
+    """CPU seconds of a job's interpreter start and imports (torch, pandas, the stages), added to every job."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import largeprompt.stages.concentration, largeprompt.stages.train, "
+                    "largeprompt.stages.infinite, matplotlib.pyplot"], check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+SECTIONS = {  # config section → (stage, dtype, the stages its jobs wait for)
+    "train": ("train", None, ("make_icl_test_set", "full_model_flow")),
+    "transfer": ("train_transfer", "float64", ("make_icl_test_set",)),  # train_transfer runs in float64
+}
+
+
+def training_stage(config: dict, key: str, quick: bool, load_seconds: float = 0.0) -> tuple[str, list[Job], str]:
+    """The jobs (one per L) of config section ``key`` (train: R6, transfer: R4), from the engine's measured costs."""
+    stage, dtype, after = SECTIONS[key]
+    section = config[key]
+    dtype = dtype or section["dtype"]
+    fit = costs.engine_costs(section, quick, dtype=dtype)
+    jobs = [Job(j.name, j.stage, j.seconds + load_seconds, j.after)
+            for j in costs.training_jobs(section, config, fit, stage, after)]
+    n_runs = len(section["models"]) * (len(section["seeds"]) + len(section["replicate_seeds"]))
+    (a, b), (c, d) = fit["step"], fit["test"]
+    note = (f"{n_runs} runs, batch {section['batch_size']}, {dtype}: step {a * 1e3:.3g} ms + {b * 1e6:.3g} µs·L, "
+            f"test pass {c * 1e3:.3g} ms + {d * 1e6:.3g} µs·L per {fit['n_test']} prompts")
+    return f"{stage} (one job per L)", jobs, note
+
+
+def paper_stages(config: dict, folder: Path, quick: bool) -> list[tuple[str, list[Job], str]]:
+    """(label, jobs, what was timed) of every stage of the DAG, every job's cost in CPU seconds."""
+    data_jobs, data_note, load = costs.data(config, folder / "data", quick)
+    stages = [("data (test set, Bayes risk)", data_jobs, data_note)]
+    for label, estimate in (("flows (full model, balanced, reduced, gaps)", costs.flows),
+                            ("affine_limit (R1)", costs.affine_limit),
+                            ("concentration sweep (R2, R3)", costs.concentration),
+                            ("fixed-query bounds (R2)", costs.fixed_query)):
+        jobs, note = estimate(config, folder / label.split()[0], quick)
+        stages.append((label, jobs, note))
+    stages += [training_stage(config, key, quick, load) for key in SECTIONS]
+    summary = Job("summarize_training", "summarize_training", 0.0, ("train", "full_model_flow", "bayes_risk"))
+    plots = [Job(f"plot_{f}", "figures", 0.0, FIGURE_INPUTS[f]) for f in FIGURES]
+    stages.append(("summaries and figures", [summary] + plots, "interpreter start and imports only"))
+    return stages
+
+
+def report_lines(stages, cores: int, overhead: float) -> list[str]:
+    """One line per stage (jobs, core-hours, longest job) and the total with its wall time on ``cores``."""
+    out, every = [], []
+    for label, jobs, note in stages:
+        jobs = [Job(j.name, j.stage, j.seconds + overhead, j.after) for j in jobs]
+        every += jobs
+        hours = sum(j.seconds for j in jobs) / 3600
+        out.append(f"{label:<44} {len(jobs):>3} jobs {hours:>9.2f} core-hours, longest job "
+                   f"{max(j.seconds for j in jobs) / 3600:7.2f} h  ({note})")
+    total = sum(j.seconds for j in every) / 3600
+    wall, path = schedule(every, cores) / 3600, critical_path(every) / 3600
+    out.append(f"{'total: config/paper.yaml':<44} {len(every):>3} jobs {total:>9.2f} core-hours; on {cores} cores "
+               f"≈ {wall:.2f} h wall (longest ready job first; critical path {path:.2f} h)")
+    return out
+
+
+def bench_paper(cores: int, quick: bool = False, validate: bool = False) -> list[str]:
+    """``largeprompt bench --paper``: one line per stage and the total, and optionally the validation."""
+    config = paper_config()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        stages = paper_stages(config, folder, quick)
+        overhead = job_overhead_seconds()
+        out = [f"# config/paper.yaml on {cores} cores: CPU time of slices of each stage, 1 thread per job, "
+               f"extrapolated linearly in the work; +{overhead:.1f} s per job for interpreter start and imports"]
+        out += report_lines(stages, cores, overhead)
+        if validate:
+            out += validation_lines(config, folder / "validation", stages, overhead)
+    return out
+
+
+def validation_lines(config: dict, folder: Path, stages, overhead: float) -> list[str]:
+    """full_model_flow run for real at paper scale against its extrapolated cost."""
+    seed = config["train"]["seeds"][0]
+    predicted = next(j.seconds for _, jobs, _ in stages for j in jobs if j.stage == "full_model_flow")
+    measured = costs.timed("full_model_flow", costs.with_values(config, run_seed=seed), folder)
+    error = predicted / measured["cpu"] - 1
+    return [f"validation: full_model_flow seed={seed} at paper scale (horizon {config['train']['horizon']}, "
+            f"{config['infinite']['flow_points']} flow points): measured {measured['cpu']:.1f} s CPU, "
+            f"predicted {predicted:.1f} s: error {error:+.0%} (peak RSS {measured['rss_mb']:.0f} MB)"]
+
+
+def bench_paper_training(quick: bool) -> list[str]:
+    """The extrapolated cost of config/paper.yaml's training (one job per L) on 2 cores, in core-hours."""
+    config = paper_config()
+    section = config["train"]
+    _, jobs, note = training_stage(config, "train", quick)
+    jobs = [Job(j.name, j.stage, j.seconds) for j in jobs]  # the training alone: its inputs are there
+    hours, wall = sum(j.seconds for j in jobs) / 3600, schedule(jobs, 2) / 3600
+    return [f"# config/paper.yaml training: {len(jobs)} jobs (one per L) x {len(section['models'])} models x "
+            f"{len(section['seeds'])} seed, {section['horizon'] / section['lr']:.0f} steps, test loss logged "
+            f"{section['n_log']} times on {config['icl']['n_test']} prompts, 1 thread per job",
+            f"  paper.yaml training ≈ {hours:.2f} core-hours on this machine, ≈ {wall:.2f} h wall on 2 cores "
+            f"(longest job first; {note}; reading the test set not included)"]
