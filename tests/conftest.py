@@ -29,7 +29,11 @@ def snakemake_cmd(*args):
 
 
 def run(cmd, cwd, timeout=600, check=True, env=None):
+    """Run ``cmd`` in ``cwd``; in a copy of the repository, its own src/ comes first on PYTHONPATH (the
+    virtual environment's editable install points at REPO)."""
     full_env = dict(os.environ, **(env or {}))
+    if (Path(cwd) / "src" / "largeprompt").is_dir():
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(cwd) / "src"), full_env.get("PYTHONPATH")]))
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

@@ -8,13 +8,14 @@ lint and formatting.
 import hashlib
 import re
 import shutil
+import subprocess
 import sys
 
 import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from conftest import SMOKE, run, snakemake_cmd
+from conftest import SMOKE, copy_repo, run, snakemake_cmd
 
 pytestmark = pytest.mark.pipeline
 
@@ -83,7 +84,8 @@ def _changed_config(work, path, value) -> str:
     for key in path[:-1]:
         node = node.setdefault(key, {})
     node[path[-1]] = value
-    target = work / "config" / f"changed_{'_'.join(path)}.yaml"
+    target = work / "overlays" / f"changed_{'_'.join(path)}.yaml"
+    target.parent.mkdir(exist_ok=True)
     target.write_text(yaml.safe_dump(smoke))
     return str(target.relative_to(work))
 
@@ -138,10 +140,12 @@ def test_editing_a_library_module_reruns_exactly_the_stages_that_import_it(smoke
         output = dry_run(work)
     finally:
         module.write_text(original)
+    # Snakemake names one reason per job: a job whose inputs are rebuilt too is listed under those
     direct = reason_rules(output, "params have changed since last execution")
-    assert {"simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train", "train_transfer",
-            "full_model_flow", "make_icl_test_set", "bayes_risk", "summarize_training", "trajectory_gap"} <= direct
-    assert "make_queries" not in direct and not any(r.startswith("plot_") for r in direct)
+    assert {"simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "full_model_flow",
+            "make_icl_test_set"} <= direct
+    assert {"train", "train_transfer", "bayes_risk", "summarize_training", "trajectory_gap"} <= set(job_counts(output))
+    assert "make_queries" not in job_counts(output) and not any(r.startswith("plot_") for r in direct)
     assert "code:largeprompt/measures.py=" in output  # the reason names the module
     assert job_counts(dry_run(work)) == {}  # same code again: nothing to do
 
@@ -169,23 +173,22 @@ def test_editing_a_plotting_module_redraws_only_its_figure(smoke_run):
     assert job_counts(dry_run(work)) == {}
 
 
-def test_a_corrupt_input_fails_with_one_line_naming_file_rule_and_command(smoke_run):
-    work, _, _ = smoke_run
+def test_a_corrupt_input_fails_with_one_line_naming_file_rule_and_command(tmp_path):
+    """In its own copy: a failed job's outputs are deleted, and the session's smoke run must stay whole."""
+    work = copy_repo(tmp_path / "repo")
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    run(snakemake_cmd("results/smoke/data/icl_test.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work)
     victim = work / "results" / "smoke" / "data" / "icl_test.parquet"
-    saved = victim.read_bytes()
-    try:
-        victim.write_bytes(saved[: len(saved) // 3])
-        proc = run(snakemake_cmd("--cores", "1", "--configfile", SMOKE, "--forcerun", "bayes_risk",
-                                 "results/smoke/data/bayes_risk.parquet"), cwd=work, check=False)
-        assert proc.returncode != 0
-        line = next(x for x in proc.stderr.splitlines() if x.startswith("error: results/smoke/data/icl_test.parquet"))
-        assert "made by rule 'make_icl_test_set'" in line
-        assert "snakemake --cores 2 --force results/smoke/data/icl_test.parquet --configfile config/smoke.yaml" in line
-        inspect = run([sys.executable, "-m", "largeprompt.cli", "inspect", str(victim.relative_to(work))], cwd=work,
-                      check=False)
-        assert inspect.returncode == 2 and "make_icl_test_set" in inspect.stderr and "--force" in inspect.stderr
-    finally:
-        victim.write_bytes(saved)
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
+    proc = run(snakemake_cmd("results/smoke/data/bayes_risk.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work,
+               check=False)
+    assert proc.returncode != 0
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("error: results/smoke/data/icl_test.parquet"))
+    assert "made by rule 'make_icl_test_set'" in line
+    assert "snakemake --cores 2 --force results/smoke/data/icl_test.parquet --configfile config/smoke.yaml" in line
+    inspect = run([sys.executable, "-m", "largeprompt.cli", "inspect", str(victim.relative_to(work))], cwd=work,
+                  check=False)
+    assert inspect.returncode == 2 and "make_icl_test_set" in inspect.stderr and "--force" in inspect.stderr
 
 
 def test_tables_are_tidy(smoke_run):

@@ -66,7 +66,8 @@ def rebuild_command(path: str | os.PathLike) -> str:
 
 def _overlay_of(run: str) -> str:
     """config/<file>.yaml whose ``run`` key is ``run`` (looked up in ./config), or a placeholder."""
-    for candidate in sorted(Path("config").glob("*.yaml")):
+    named = Path("config") / f"{run}.yaml"  # config/<run>.yaml first: other overlays may reuse its run name
+    for candidate in [named] * named.is_file() + sorted(Path("config").glob("*.yaml")):
         try:
             if re.search(rf"^run:\s*['\"]?{re.escape(run)}['\"]?\s*(#.*)?$", candidate.read_text(), re.M):
                 return candidate.as_posix()

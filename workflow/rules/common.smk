@@ -2,9 +2,18 @@
 # No maths here: rules declare inputs, outputs and params, and call the library.
 import os
 
+import largeprompt.pipeline
 from largeprompt.config import ConfigError, check_config
 from largeprompt.pipeline import code_settings, settings
 from largeprompt.schedules import estimated_runtime_minutes, estimated_steps
+
+LIBRARY = os.path.dirname(os.path.dirname(largeprompt.pipeline.__file__))
+if os.path.realpath(LIBRARY) != os.path.realpath(os.path.join(workflow.basedir, "src")):
+    raise WorkflowError(
+        f"largeprompt is imported from {LIBRARY}, not from this checkout's src/: jobs would run, and reruns "
+        "would follow, that other copy's code. Install this checkout (pip install -e .) or put its src/ first "
+        "on PYTHONPATH."
+    )
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from .pipeline import REPO, fresh_copy
+from .pipeline import REPO, checkout_env, fresh_copy
 from .report import run_worker
 
 MARGIN, STEP_MB, MIN_MB = 1.5, 100, 500
@@ -61,8 +60,7 @@ def profile_pipeline(configfile: str | None, cores: int = 1) -> tuple[dict[str, 
         hook.mkdir()
         (hook / "sitecustomize.py").write_text(HOOK)
         log = Path(tmp) / "peak_rss.jsonl"
-        env = dict(os.environ, LARGEPROMPT_RSS_LOG=str(log),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+        env = dict(checkout_env(work, hook), LARGEPROMPT_RSS_LOG=str(log))
         args = ["--cores", str(cores), "--keep-going"] + (["--configfile", configfile] if configfile else [])
         proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=work, env=env, capture_output=True,
                               text=True)

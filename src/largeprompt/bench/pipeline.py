@@ -1,6 +1,7 @@
 """Whole-pipeline timings: from empty, a no-op rerun and a figure-only rerun, each in a fresh copy of the repository."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -32,11 +33,17 @@ def fresh_copy(repo: Path, dest: Path) -> Path:
     return dest
 
 
+def checkout_env(work: Path, *first: Path) -> dict[str, str]:
+    """This environment with ``first`` and the copy's src/ leading PYTHONPATH: its jobs run the copy's code."""
+    path = [str(p) for p in first] + [str(work / "src"), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
+
+
 def _snakemake(work: Path, *args, timeout=3600) -> float:
     """Wall seconds of one ``snakemake`` call in ``work`` (from this interpreter's environment)."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=checkout_env(work))
     if proc.returncode != 0:
         raise RuntimeError(f"snakemake {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return time.perf_counter() - start
