@@ -56,10 +56,11 @@ def _loss_panel(ax, runs, table, bayes):
         ax.annotate(f"{int(g['n_trapped'].iloc[0])}/{int(g['n_seeds'].iloc[0])}", (L, ax.get_ylim()[1]), fontsize=6,
                     color=COLORS[model], ha="center", va="bottom", xytext=(0, 2 if model == "softmax" else 9),
                     textcoords="offset points", annotation_clip=False)
-    ax.set_title("labels at the top: trapped / seeds per L (softmax, linear)", fontsize=8)
+    ax.set_title("final test loss; numbers at the top: trapped / seeds per $L$\n(red: softmax, blue: linear)",
+                 fontsize=8, pad=20)
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("final test MSE")
-    ax.legend(fontsize=6.5)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
 def _excess_panel(ax, runs, table):
@@ -81,9 +82,10 @@ def _excess_panel(ax, runs, table):
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk)")
     last = lin.iloc[-1]
-    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$; at L = {int(last['prompt_length'])} softmax/linear excess: "
-                 f"{last['excess_ratio_measured']:.2f} measured, {last['excess_ratio_predicted']:.2f} leading order", fontsize=8)
-    ax.legend(fontsize=6.5)
+    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$\nat L = {int(last['prompt_length'])} softmax/linear excess: "
+                 f"{last['excess_ratio_measured']:.2f} measured, {last['excess_ratio_predicted']:.2f} leading order", fontsize=8,
+                 pad=20)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
 def _escape_panel(ax, runs):
@@ -101,17 +103,18 @@ def _escape_panel(ax, runs):
     ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("escape time (R∞ below the plateau midpoint)")
-    ax.set_title("escape from the initial plateau: runs vs their $L=\\infty$ flows", fontsize=9)
-    ax.legend(fontsize=6.5)
+    ax.set_title("escape from the initial plateau:\nruns vs their $L=\\infty$ flows", fontsize=8, pad=20)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
 def plot_training_vs_prompt_length(inputs, outputs, params=None, rule="plot_training_vs_prompt_length"):
     apply_style()
     runs, table = read_parquet(inputs["runs"]), read_parquet(inputs["summary"])
     bayes = read_parquet(inputs["bayes_risk"]).sort_values("prompt_length")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 6.4))
     _loss_panel(axes[0], runs, table, bayes)
     _excess_panel(axes[1], runs, table)
     _escape_panel(axes[2], runs)
-    fig.suptitle("R6: trained softmax attention approaches linear attention as the prompt grows", fontsize=11)
+    fig.suptitle("R6: trained softmax attention approaches linear attention as the prompt grows", fontsize=11, y=0.995)
+    fig.subplots_adjust(top=0.84, bottom=0.24, wspace=0.25)
     save_figure(fig, outputs["pdf"], outputs["png"])
