@@ -3,9 +3,9 @@
 # daemons it started (the pids it recorded under $LARGEPROMPT_SLURM_DIR/run), newest first. Any other
 # slurmctld, slurmd, munged or MariaDB on the machine is left alone.
 #
-#   workflow/cluster/stop-slurm.sh           # stop; keep configs, accounting database and job history
-#   workflow/cluster/stop-slurm.sh --purge   # stop, then delete $LARGEPROMPT_SLURM_DIR and the
-#                                            # /etc/slurm/slurm.conf symlink start-slurm.sh made
+#   workflow/cluster/stop-slurm.sh           # stop and remove the /etc/slurm/slurm.conf symlink that
+#                                            # start-slurm.sh made; keep configs, accounting and job history
+#   workflow/cluster/stop-slurm.sh --purge   # the same, then delete $LARGEPROMPT_SLURM_DIR
 set -euo pipefail
 
 BASE=${LARGEPROMPT_SLURM_DIR:-/tmp/largeprompt-slurm}
@@ -57,10 +57,14 @@ if alive slurmctld; then
     fi
 fi
 for name in slurmd slurmctld slurmdbd mariadbd munged; do stop "$name"; done
+# The /etc/slurm/slurm.conf symlink goes too (start-slurm.sh makes it again): with a config that names a
+# controller that is not running, every SLURM client call, and so every `snakemake` start (the SLURM executor
+# plugin runs `scontrol show config` when it is imported), waits 10 s for that controller.
+if [[ -L /etc/slurm/slurm.conf && $(readlink /etc/slurm/slurm.conf) == "$SLURM_CONF" ]]; then
+    rm -f /etc/slurm/slurm.conf
+    say "removed the /etc/slurm/slurm.conf symlink"
+fi
 if [[ ${1:-} == --purge ]]; then
-    if [[ -L /etc/slurm/slurm.conf && $(readlink /etc/slurm/slurm.conf) == "$SLURM_CONF" ]]; then
-        rm -f /etc/slurm/slurm.conf
-    fi
     rm -rf "$BASE"
     say "removed $BASE"
 fi
