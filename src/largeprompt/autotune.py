@@ -1,6 +1,6 @@
 """Per-machine tiling of the streaming-attention kernel (:class:`largeprompt.attention.TiltedMoments`).
 
-The score tile (how many scores one GEMM → exp2 → GEMM step of the hot loop handles) trades
+The score tile (how many scores one GEMM → exp → GEMM step of the hot loop handles) trades
 per-tile Python overhead against cache misses, so its best size depends on the cache hierarchy,
 the BLAS and the problem regime (queries per prompt, prompts per batch, D, dtype). It is fixed
 once per machine and regime, at first use:
@@ -36,7 +36,7 @@ import torch
 
 ENV_TILE = "LARGEPROMPT_ATTENTION_TILE"
 CACHE_FORMAT = 1
-KERNEL_REVISION = 1  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
+KERNEL_REVISION = 2  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
 DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
 MAX_TILE_ELEMENTS = 1 << 21
 TUNING_TOKEN_BYTES = 32 << 20  # memory for the synthetic prompt of a tuning run
