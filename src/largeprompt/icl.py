@@ -26,6 +26,20 @@ class RegressionTask:
         self.dim = self.covariance.shape[0]  # d
         self.token_dim = self.dim + 1  # D
         self._chol = torch.linalg.cholesky(self.covariance)  # Λ = C Cᵀ
+        self._templates = {}
+
+    def _transform_parts(self, batch: int, dtype, device):
+        """C in ``dtype`` and a fresh T_β [B, D, D] with its β-free blocks (Cᵀ and σ) filled: a copy of a cached template."""
+        key = (batch, dtype, str(device))
+        if key not in self._templates:
+            d = self.dim
+            chol = self._chol.to(dtype=dtype, device=device)
+            template = torch.zeros(batch, d + 1, d + 1, dtype=dtype, device=device)
+            template[:, :d, :d] = chol.T
+            template[:, d, d] = self.noise_variance**0.5
+            self._templates = {key: (chol, template)}  # one shape at a time: training draws one batch size
+        chol, template = self._templates[key]
+        return chol, template.clone()
 
     def sample(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
         """Draw ``batch`` prompts: (query_tokens [B, D], prompt_tokens [B, L, D], targets [B])."""
@@ -41,11 +55,8 @@ class RegressionTask:
         d, L = self.dim, int(prompt_length)
         g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, D]
         beta = torch.randn(batch, d, generator=generator, dtype=dtype, device=device) * self.task_variance**0.5  # [B, d]
-        chol = self._chol.to(dtype=dtype, device=device)  # C [d, d]
-        transform = torch.zeros(batch, d + 1, d + 1, dtype=dtype, device=device)  # T_β [B, D, D]
-        transform[:, :d, :d] = chol.T
+        chol, transform = self._transform_parts(batch, dtype, device)  # C [d, d]; T_β [B, D, D] without Cᵀβ
         transform[:, :d, d] = beta @ chol  # Cᵀβ
-        transform[:, d, d] = self.noise_variance**0.5
         tokens = g @ transform  # [B, L+1, D]  rows (x, y)
         prompt = tokens[:, :L]  # [B, L, D] (a view)
         query = tokens[:, L].clone()  # [B, D]

@@ -104,8 +104,9 @@ class PromptLengthTrainer:
         """One SGD step of ``runs`` (all on batch stream ``stream``); returns the runs that diverged."""
         query, prompt, target = batch(self.task, self.base_seed, stream, self.step, self.batch_size, self.L,
                                       self.dtype, self.device)
-        index = torch.tensor(runs, device=self.stack.Q.device)
-        sub = self.stack.select(index)
+        whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
+        index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
+        sub = self.stack if whole else self.stack.select(index)
         loss, grads = multirun.loss_and_gradients(sub, query, prompt, target)
         values = loss.double().cpu().numpy()
         diverged = []
@@ -114,11 +115,16 @@ class PromptLengthTrainer:
             if not math.isfinite(value) or value > self.threshold:
                 diverged.append(r)
         lr = torch.tensor([0.0 if r in diverged else self.step_sizes[r][self.step] for r in runs],
-                          dtype=self.dtype, device=index.device)
-        frozen = (lr == 0).view(-1, 1, 1)  # a diverged run keeps the weights at which its loss blew up (0·inf is NaN)
+                          dtype=self.dtype, device=self.stack.Q.device).view(-1, 1, 1)
         for name in ("Q", "K", "V", "O"):
             old = getattr(sub, name)
-            getattr(self.stack, name)[index] = torch.where(frozen, old, old - lr.view(-1, 1, 1) * grads[name])
+            new = old - lr * grads[name]
+            if diverged:  # a diverged run keeps the weights at which its loss blew up (0·inf is NaN)
+                new = torch.where(lr == 0, old, new)
+            if whole:
+                setattr(self.stack, name, new)
+            else:
+                getattr(self.stack, name)[index] = new
         return diverged
 
     def run(self, test_set, *, checkpoint: Path | None = None, checkpoint_every: int = 0, key_extra: dict | None = None,
