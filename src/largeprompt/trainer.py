@@ -12,9 +12,9 @@ import pandas as pd
 import torch
 
 from . import multirun
+from .devices import DTYPES
 from .icl import RegressionTask
 from .training import (
-    DTYPES,
     RunSpec,
     TrainingDiverged,
     batch,

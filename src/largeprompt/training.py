@@ -22,8 +22,6 @@ from . import models, multirun
 from .icl import RegressionTask, infinite_prompt_risk
 from .seeding import stream_generator
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
 
 class TrainingDiverged(RuntimeError):
     """Raised instead of recording status ``diverged`` when divergence is configured to be fatal."""

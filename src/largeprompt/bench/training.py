@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from .. import models
+from ..devices import DTYPES
 from ..icl import regression_task
 from ..seeding import stream_generator
 from ..trainer import PromptLengthTrainer
-from ..training import DTYPES, batch, initial_parameters, run_specs, test_losses
+from ..training import batch, initial_parameters, run_specs, test_losses
 from .report import interleaved_seconds, line, run_worker
 
 PROMPT_LENGTH, BATCH, DIM = 1000, 128, 6
