@@ -109,7 +109,7 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
         section = config[key]
         L = max(section["prompt_lengths"])
         out.append((f"{rule} at L {L}, cut to 2 steps ({section['batch_size']} prompts a batch)",
-                    run_worker("train_memory", section=section, icl=config["icl"], dtype=dtype, prompt_length=L,
+                    run_worker("train_memory", section=section, icl=config["icl"], dtype=dtype, train_length=L,
                                test_set=test_set["test_set"])))
     return out
 

@@ -128,7 +128,7 @@ def training_job_memory(extra: dict) -> dict:
     from .report import peak_rss_mb
 
     start = time.process_time()
-    section, L, dtype = extra["section"], int(extra["prompt_length"]), extra["dtype"]
+    section, L, dtype = extra["section"], int(extra["train_length"]), extra["dtype"]
     specs = run_specs(section["models"], section["seeds"], section["replicate_seeds"])
     test_set = load_test_set(read_parquet(extra["test_set"]), L, dtype=DTYPES[dtype])
     trainer = PromptLengthTrainer(regression_task(extra["icl"]), specs, [np.full(2, section["lr"])] * len(specs),
