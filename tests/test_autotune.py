@@ -103,6 +103,25 @@ def test_every_candidate_tile_matches_the_untiled_reference(regime):
             assert (cov.double() - cov_ref).abs().max().item() <= cov_tol, (regime, tile)
 
 
+@pytest.mark.parametrize("token_major", [False, True])
+def test_both_storage_orders_match_the_untiled_reference(token_major, monkeypatch):
+    """Token-major and query-major storage (chosen by queries per prompt) give the same moments, overflow included."""
+    monkeypatch.setattr(TiltedMoments, "TOKEN_MAJOR_MIN_QUERIES", 1 if token_major else 10**9)
+    gen = torch.Generator().manual_seed(11)
+    for prompts, queries, length in ((1, 5, 3000), (6, 4, 2000)):
+        tilt = torch.randn(prompts, queries, 3, generator=gen, dtype=F64)
+        tilt[..., 0, 0] = 2000.0  # scores up to ±10⁴: the unchecked pass overflows and is redone
+        tokens = 1.5 * torch.randn(prompts, length, 3, generator=gen, dtype=F64)
+        acc = TiltedMoments(tilt, True, tile_elements=TiltedMoments.MIN_TILE_TOKENS * prompts * queries)
+        for start in range(0, length, 777):
+            acc.update(tokens[:, start : start + 777])
+        assert acc._token_major is token_major
+        mean_ref, cov_ref = reference_moments(tilt, tokens)
+        tol = round_off_bound(tilt, tokens, torch.finfo(F64).eps)
+        assert (acc.mean() - mean_ref).abs().max().item() <= tol
+        assert (acc.covariance() - cov_ref).abs().max().item() <= 4 * tol * tokens.abs().max().item()
+
+
 def test_overflow_inside_a_block_of_tiles_is_redone_tile_by_tile():
     """Scores rising from −3000 to 3000 across one update of 20 tiles: the unchecked pass overflows, the redo rebases."""
     length = 5000

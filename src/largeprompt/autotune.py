@@ -36,7 +36,7 @@ import torch
 
 ENV_TILE = "LARGEPROMPT_ATTENTION_TILE"
 CACHE_FORMAT = 1
-KERNEL_REVISION = 2  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
+KERNEL_REVISION = 3  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
 DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
 MAX_TILE_ELEMENTS = 1 << 21
 TUNING_TOKEN_BYTES = 32 << 20  # memory for the synthetic prompt of a tuning run
@@ -105,7 +105,7 @@ def candidate_tiles(queries: int, prompts: int, dim: int, itemsize: int, caches:
     A score costs ``itemsize`` bytes and its share of the token tile (D + 1)·itemsize / queries.
     Sizes that give the same tile in tokens (at least TiltedMoments.MIN_TILE_TOKENS) are merged.
     """
-    from .attention import TiltedMoments
+    from .tilted_moments import TiltedMoments
 
     caches = caches or cache_sizes()
     per_element = itemsize * (1 + (dim + 1) / queries)
@@ -126,7 +126,7 @@ def time_candidates(tiles, queries, prompts, dim, second_moment, dtype, rounds: 
     CPU time (this process's) leaves out the time other jobs hold the core, and rounds interleave the
     candidates, so a burst of load on a shared machine does not pick the tile.
     """
-    from .attention import TiltedMoments
+    from .tilted_moments import TiltedMoments
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     tile_tokens = {t: max(TiltedMoments.MIN_TILE_TOKENS, t // (queries * prompts)) for t in tiles}
@@ -287,7 +287,7 @@ def tiles_report() -> dict:
 
 def describe_tiles(report: dict, queries: int) -> str:
     """One informational line for a :func:`tiles_report`, with the tile in tokens at ``queries`` queries per prompt."""
-    from .attention import TiltedMoments
+    from .tilted_moments import TiltedMoments
 
     parts = [
         f"{key} = {tile} scores = {max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)} tokens "
