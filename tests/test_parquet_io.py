@@ -51,19 +51,37 @@ def test_same_data_gives_identical_bytes(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-def test_killed_write_leaves_no_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_killed_write_leaves_no_file(tmp_path, monkeypatch, parts):
+    """Killed while writing the last part (of one, or of three written one at a time): no file, no temporary."""
     target = tmp_path / "out.parquet"
+    real_writer = parquet_io.pq.ParquetWriter
 
-    def crash(table, where, **kwargs):
-        with open(where, "wb") as fh:
-            fh.write(b"PAR1 half a file")
-        raise KeyboardInterrupt("killed mid-write")
+    class KilledWriter(real_writer):
+        written = 0
 
-    monkeypatch.setattr(parquet_io.pq, "write_table", crash)
+        def write_table(self, table, *args, **kwargs):
+            KilledWriter.written += 1
+            if KilledWriter.written == parts:
+                raise KeyboardInterrupt("killed mid-write")
+            super().write_table(table, *args, **kwargs)
+
+    monkeypatch.setattr(parquet_io.pq, "ParquetWriter", KilledWriter)
     with pytest.raises(KeyboardInterrupt):
-        write_parquet(_frame(), target, {"rule": "r"})
+        if parts == 1:
+            write_parquet(_frame(), target, {"rule": "r"})
+        else:
+            parquet_io.write_parquet_parts([_frame()] * parts, target, {"rule": "r"})
+    assert KilledWriter.written == parts
     assert not target.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_parts_are_written_as_their_concatenation(tmp_path):
+    frames = [_frame().assign(part=k) for k in range(3)]
+    parquet_io.write_parquet_parts(iter(frames), tmp_path / "parts.parquet", {"rule": "r", "seed": 1})
+    pd.testing.assert_frame_equal(read_parquet(tmp_path / "parts.parquet"), pd.concat(frames, ignore_index=True))
+    assert read_provenance(tmp_path / "parts.parquet") == {"rule": "r", "seed": 1}
 
 
 def test_missing_file_names_the_rule_that_makes_it(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from largeprompt.pipeline import Runtime
 from largeprompt.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
 from largeprompt.stages.concentration import RateSettings, collect_errors, estimate_rates, prompt_length_grid, simulate_errors
-from largeprompt.stages.rate_tables import CURVE_POINTS, ERROR_METRICS, rate_rows
+from largeprompt.stages.rate_tables import CURVE_POINTS, ERROR_METRICS, in_memory_cells, rate_rows
 from tolerance import assert_within, gamma
 
 CPU = Runtime(device="cpu")
@@ -69,7 +69,7 @@ def test_figure_curves_are_rows_of_the_rate_table():
     docs/experiments.md#rate_exponent), checked against their closed forms (rounding bounds from eps)."""
     lengths = np.asarray(prompt_length_grid(4, 10, 1), dtype=float)
     cfg = RateSettings(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
-    rates = rate_rows(_synthetic_errors([0.25, 0.5, 1.0], lengths), cfg, seed=1)
+    rates = rate_rows(*in_memory_cells(_synthetic_errors([0.25, 0.5, 1.0], lengths)), cfg, seed=1)
     stats = rates[rates["quantity"] == "error_statistic"].set_index(["metric", "c", "statistic", "prompt_length"])["estimate"]
     guides = rates[rates["quantity"] == "predicted_rate_guide"]
     assert len(guides) == 3 * 3 * 2 * (len(lengths) - len(lengths) // 2)  # metric × c × (mean, median) × fitted L
@@ -175,3 +175,42 @@ def test_slope_by_group_without_spare_degrees_of_freedom_has_no_interval():
 
     fit = loglog_slope_by_group([20, 40], [1.0, 0.5], [1, 1])
     assert fit["slope"] == pytest.approx(-1.0) and np.isnan(fit["slope_lo"])
+
+
+def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp_path):
+    """The stage reads the error tables cell by cell (filters, distinct keys): same rows as the table in memory."""
+    from largeprompt.parquet_io import read_parquet, write_parquet
+    from largeprompt.stages.concentration import ERROR_KEYS
+
+    lengths = np.asarray(prompt_length_grid(4, 9, 1), dtype=float)
+    frame = _synthetic_errors([0.25, 1.0, 0.5], lengths)
+    frame = pd.concat([frame, frame.assign(measure="rademacher")], ignore_index=True).sample(frac=1.0, random_state=3)
+    frame = frame.assign(u=1.0, kappa=0.0)
+    write_parquet(frame[ERROR_KEYS + ["output_sq_error"]], tmp_path / "out.parquet", {"rule": "test"})
+    write_parquet(frame[ERROR_KEYS + ["grad_U_sq_error", "grad_V_sq_error"]].iloc[::-1], tmp_path / "grad.parquet",
+                  {"rule": "test"})
+    bounds = dict(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
+    estimate_rates({"output_errors": tmp_path / "out.parquet", "gradient_errors": tmp_path / "grad.parquet"},
+                   {"rates": tmp_path / "rates.parquet"}, {"bounds": bounds, "seed": 4})
+    streamed = read_parquet(tmp_path / "rates.parquet")
+    whole = rate_rows(*in_memory_cells(frame), RateSettings(**bounds), seed=4)
+    assert set(streamed["measure"]) == {"gaussian", "rademacher"} and len(streamed) == len(whole)
+    pd.testing.assert_frame_equal(streamed.reset_index(drop=True), whole.reset_index(drop=True), check_exact=True)
+
+
+@pytest.mark.parametrize("n_reps", [1, 2, 7, 128, 129, 1000])
+def test_bootstrap_statistics_equal_explicit_resamples(n_reps):
+    """Counts-based bootstrap against materialised resamples: order statistics exactly, means within γ_R."""
+    from largeprompt.rates import bootstrap_indices, bootstrap_statistics, statistic
+
+    rng = np.random.default_rng(n_reps)
+    errors = rng.chisquare(2.0, size=(n_reps, 5))
+    errors[: n_reps // 3] = errors[0]  # ties
+    idx = bootstrap_indices(n_reps, 70, rng)  # more than one block of 64
+    got = bootstrap_statistics(errors, ("mean", "median", "q90"), idx)
+    for name in ("median", "q90"):
+        assert np.array_equal(got[name], np.stack([statistic(errors[i], name) for i in idx])), name
+    explicit = np.stack([statistic(errors[i], "mean") for i in idx])
+    assert_within(got["mean"], explicit, 2 * gamma(n_reps + 1) * errors.max())  # both orders of the same sum
+    with pytest.raises(ValueError, match="unknown statistic"):
+        bootstrap_statistics(errors, ("mode",), idx)

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -102,20 +103,34 @@ def plain(obj):
 
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike, provenance: dict) -> Path:
     """Write ``frame`` to ``path`` atomically with ``provenance`` in the schema metadata."""
+    return write_parquet_parts([frame], path, provenance)
+
+
+def write_parquet_parts(frames: Iterable[pd.DataFrame], path: str | os.PathLike, provenance: dict) -> Path:
+    """Write the concatenation of ``frames`` (same columns) to ``path`` atomically, holding one part at a time."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    meta = dict(table.schema.metadata or {})
-    meta[METADATA_KEY] = json.dumps(plain(provenance), sort_keys=True).encode()
-    table = table.replace_schema_metadata(meta)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    writer = None
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        for frame in frames:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if writer is None:
+                meta = dict(table.schema.metadata or {})
+                meta[METADATA_KEY] = json.dumps(plain(provenance), sort_keys=True).encode()
+                schema = table.schema.with_metadata(meta)
+                writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+            writer.write_table(table.replace_schema_metadata(schema.metadata).cast(schema))
+        if writer is None:
+            raise ValueError(f"{path}: nothing to write (no parts)")
+        writer.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
+        if writer is not None and writer.is_open:
+            writer.close()
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
@@ -136,12 +151,23 @@ def read_provenance(path: str | os.PathLike) -> dict:
     return json.loads(raw)
 
 
-def read_parquet(path: str | os.PathLike, columns=None) -> pd.DataFrame:
-    """Read a result, with an error that names the file and the rule that makes it."""
+def read_parquet(path: str | os.PathLike, columns=None, filters=None) -> pd.DataFrame:
+    """Read a result (optionally only the rows matching pyarrow ``filters``), with an error that names the
+    file and the rule that makes it."""
+    return _read_table(path, columns, filters).to_pandas()
+
+
+def distinct_keys(path: str | os.PathLike, columns: list[str]) -> list[tuple]:
+    """The distinct values of ``columns`` in a result, sorted, read without loading the other columns."""
+    keys = _read_table(path, columns).group_by(columns).aggregate([])
+    return sorted(zip(*(keys.column(name).to_pylist() for name in columns)))
+
+
+def _read_table(path: str | os.PathLike, columns=None, filters=None) -> pa.Table:
     path = Path(path)
     if not path.exists():
         raise ResultFileError(_problem(path, "no such result file"))
     try:
-        return pq.read_table(path, columns=columns).to_pandas()
+        return pq.read_table(path, columns=columns, filters=filters)
     except (pa.ArrowException, OSError) as exc:
         raise ResultFileError(_problem(path, f"not a readable Parquet file ({exc})")) from exc

@@ -69,12 +69,79 @@ def bootstrap_indices(n_reps: int, n_boot: int, rng: np.random.Generator) -> np.
     return rng.integers(0, n_reps, size=(n_boot, n_reps))
 
 
-def bootstrap_statistic(errors: np.ndarray, name: str, indices: np.ndarray, block: int = 16) -> np.ndarray:
+def bootstrap_statistic(errors: np.ndarray, name: str, indices: np.ndarray) -> np.ndarray:
     """The statistic of every bootstrap resample: errors [R, P], indices [B, R] → [B, P]."""
-    out = np.empty((indices.shape[0], errors.shape[1]))
+    return bootstrap_statistics(errors, (name,), indices)[name]
+
+
+QUANTILES = {"median": 0.5, "q90": 0.9}
+
+
+def bootstrap_statistics(errors: np.ndarray, names, indices: np.ndarray, block: int = 64) -> dict[str, np.ndarray]:
+    """Every statistic in ``names`` of every bootstrap resample: errors [R, P], indices [B, R] → {name: [B, P]}.
+
+    A resample is held as its counts of each repetition, never materialised: its mean is counts @ errors / R,
+    and its k-th smallest value in column j is the sorted value at which the running sum of the counts, in
+    that column's sorted order, first exceeds k (found block by block: sums of blocks of counts first). The
+    median and the 90% quantile combine the two order statistics around rank q(R − 1) linearly, numpy's
+    default definition ((a + b)/2 for an even median).
+    """
+    unknown = set(names) - set(QUANTILES) - {"mean"}
+    if unknown:
+        raise ValueError(f"unknown statistic(s) {sorted(unknown)}; allowed mean, {', '.join(QUANTILES)}")
+    n_reps, n_cols = errors.shape
+    out = {name: np.empty((indices.shape[0], n_cols)) for name in names}
+    order = np.argsort(errors, axis=0, kind="stable")  # [R, P]
+    ordered = np.take_along_axis(errors, order, axis=0)  # [R, P]
+    ranks = sorted({r for name in names if name in QUANTILES for r in _ranks(QUANTILES[name], n_reps)[:2]})
+    width = _COUNT_BLOCK * -(-n_reps // _COUNT_BLOCK)  # R padded with empty repetitions
+    order = np.concatenate([order, np.full((width - n_reps, n_cols), n_reps)])  # padding points at a zero count
     for start in range(0, indices.shape[0], block):
-        out[start : start + block] = statistic(errors[indices[start : start + block]], name)  # [b, R, P] → [b, P]
+        rows = indices[start : start + block]  # [b, R]
+        offsets = (rows + (n_reps + 1) * np.arange(rows.shape[0])[:, None]).ravel()
+        counts = np.bincount(offsets, minlength=rows.shape[0] * (n_reps + 1)).reshape(len(rows), n_reps + 1)
+        if "mean" in names:
+            out["mean"][start : start + len(rows)] = counts[:, :n_reps].astype(np.float64) @ errors / n_reps
+        values = {r: np.empty((len(rows), n_cols)) for r in ranks}
+        for j in range(n_cols if ranks else 0):
+            positions = _order_positions(np.take(counts, order[:, j], axis=1), ranks)
+            for r in ranks:
+                values[r][:, j] = ordered[positions[r], j]
+        for name in set(names) & set(QUANTILES):
+            lo, hi, t = _ranks(QUANTILES[name], n_reps)
+            out[name][start : start + len(rows)] = _combine(values[lo], values[hi], t, name)
     return out
+
+
+_COUNT_BLOCK = 128
+
+
+def _order_positions(sorted_counts: np.ndarray, ranks) -> dict[int, np.ndarray]:
+    """For counts [b, W] in sorted order (W a multiple of the block), the position holding each 0-based rank."""
+    b, width = sorted_counts.shape
+    blocks = sorted_counts.reshape(b, width // _COUNT_BLOCK, _COUNT_BLOCK)
+    ends = np.cumsum(blocks.sum(axis=-1), axis=1)  # running count at each block's end [b, nB]
+    rows, out = np.arange(b), {}
+    for r in ranks:
+        k = (ends <= r).sum(axis=1)  # the block holding rank r
+        before = np.where(k > 0, ends[rows, np.maximum(k - 1, 0)], 0)
+        inside = np.cumsum(blocks[rows, k], axis=1) + before[:, None]  # [b, block]
+        out[r] = k * _COUNT_BLOCK + (inside <= r).sum(axis=1)
+    return out
+
+
+def _ranks(q: float, n: int) -> tuple[int, int, float]:
+    """The 0-based ranks around the q-quantile's virtual index q(n − 1) and the weight of the upper one."""
+    h = q * (n - 1)
+    lo = int(np.floor(h))
+    return lo, min(lo + 1, n - 1), h - lo
+
+
+def _combine(low: np.ndarray, high: np.ndarray, t: float, name: str) -> np.ndarray:
+    """numpy's arithmetic: the median's mean of the middle pair, else its lerp (from the nearer end)."""
+    if name == "median" and t == 0.5:
+        return (low + high) / 2
+    return high - (high - low) * (1 - t) if t >= 0.5 else low + (high - low) * t
 
 
 def percentile_ci(samples: np.ndarray, level: float = 0.95, axis: int = 0):

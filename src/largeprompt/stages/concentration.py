@@ -24,7 +24,7 @@ from ..attention import streaming_tilted_moments
 from ..devices import dtype_of, resolve_device
 from ..gradients import jacobian_sq_errors
 from ..measures import make_measure
-from ..parquet_io import read_parquet, write_parquet
+from ..parquet_io import distinct_keys, read_parquet, write_parquet, write_parquet_parts
 from ..pipeline import DEFAULT_RUNTIME, settings_from
 from ..provenance import provenance
 from ..runlog import progress
@@ -124,11 +124,11 @@ ERROR_KEYS = ["measure", "c", "sigma_sq", "u", "prompt_length", "repetition", "k
 
 
 def collect_errors(inputs, outputs, params, rule="collect_errors"):
-    """Concatenate the per-(measure, c) jobs into output_errors.parquet and gradient_errors.parquet."""
-    frame = pd.concat([read_parquet(p) for p in inputs["jobs"]], ignore_index=True)
-    write_parquet(frame[ERROR_KEYS + ["output_sq_error"]], outputs["output_errors"], provenance(rule, params))
-    write_parquet(frame[ERROR_KEYS + ["grad_U_sq_error", "grad_V_sq_error"]], outputs["gradient_errors"],
-                  provenance(rule, params))
+    """Concatenate the per-(measure, c) jobs into output_errors.parquet and gradient_errors.parquet, one job's
+    table in memory at a time (18 M rows each at paper scale)."""
+    jobs, prov = list(inputs["jobs"]), provenance(rule, params)
+    for output, values in (("output_errors", ["output_sq_error"]), ("gradient_errors", ["grad_U_sq_error", "grad_V_sq_error"])):
+        write_parquet_parts((read_parquet(job, columns=ERROR_KEYS + values) for job in jobs), outputs[output], prov)
 
 
 @dataclass(frozen=True)
@@ -143,11 +143,18 @@ class RateSettings:
 
 def estimate_rates(inputs, outputs, params, rule="estimate_rates"):
     """Write rates.parquet, one long table; the column ``quantity`` says what a row holds (see
-    :func:`largeprompt.stages.rate_tables.rate_rows`)."""
+    :func:`largeprompt.stages.rate_tables.rate_rows`). The error tables are read one (measure, c) cell at a
+    time: at paper scale they hold 18 M rows each."""
     cfg = settings_from(RateSettings, params["bounds"], "bounds")
-    frame = read_parquet(inputs["output_errors"])
-    grads = read_parquet(inputs["gradient_errors"],
-                         columns=["measure", "c", "prompt_length", "repetition", "grad_U_sq_error", "grad_V_sq_error"])
-    frame = frame.merge(grads, on=["measure", "c", "prompt_length", "repetition"], validate="one_to_one")
-    out = rate_rows(frame, cfg, int(params["seed"]))
+    keys = ["measure", "c", "prompt_length", "repetition"]
+
+    def load_cell(name: str, c: float) -> pd.DataFrame:
+        cell = [("measure", "==", name), ("c", "==", c)]
+        errors = read_parquet(inputs["output_errors"], filters=cell)
+        grads = read_parquet(inputs["gradient_errors"], columns=keys + ["grad_U_sq_error", "grad_V_sq_error"],
+                             filters=cell)
+        return errors.merge(grads, on=keys, validate="one_to_one")
+
+    cells = distinct_keys(inputs["output_errors"], ["measure", "c"])
+    out = rate_rows(cells, load_cell, cfg, int(params["seed"]))
     write_parquet(out, outputs["rates"], provenance(rule, params, base_seed=params["seed"]))

@@ -26,6 +26,8 @@ docs/experiments.md#rate_exponent):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -33,7 +35,7 @@ from ..fluctuations import random_query_mean_trace_c
 from ..rates import (
     STATISTICS,
     bootstrap_indices,
-    bootstrap_statistic,
+    bootstrap_statistics,
     fit_paper_form,
     local_exponents,
     loglog_exponent,
@@ -64,10 +66,11 @@ def _error_matrix(cell: pd.DataFrame, column: str):
     return wide.to_numpy(), wide.columns.to_numpy()
 
 
-def statistic_rows(errors, lengths, idx, stat: str, level: float, common: dict) -> list[dict]:
-    """Exponent, local exponents and the statistic itself at each L, for one statistic of one cell."""
+def statistic_rows(errors, lengths, boot, stat: str, level: float, common: dict) -> list[dict]:
+    """Exponent, local exponents and the statistic itself at each L, for one statistic of one cell
+    (``boot`` [B, P]: the statistic of each bootstrap resample)."""
     fit = upper_half(lengths)
-    point, boot = statistic(errors, stat), bootstrap_statistic(errors, stat, idx)  # [P], [B, P]
+    point = statistic(errors, stat)  # [P]
     predicted = float(predicted_exponent(common["c"], common["measure"])) if stat == "mean" else 1.0
     lo, hi = percentile_ci(loglog_exponent(lengths[fit], boot[:, fit]), level)
     rows = [_row(quantity="exponent", statistic=stat, estimate=loglog_exponent(lengths[fit], point[fit]), ci_low=lo,
@@ -104,9 +107,9 @@ def predicted_curve_rows(measure: str, grid) -> list[dict]:
                  predicted=float(p)) for c, p in zip(grid, values)]
 
 
-def quantile_rows(errors, lengths, idx, level: float, common: dict) -> list[dict]:
-    """The 90% quantile of the squared error at each L with its bootstrap CI."""
-    q90, boot = statistic(errors, "q90"), bootstrap_statistic(errors, "q90", idx)  # [P], [B, P]
+def quantile_rows(errors, lengths, boot, level: float, common: dict) -> list[dict]:
+    """The 90% quantile of the squared error at each L with its bootstrap CI (``boot`` [B, P])."""
+    q90 = statistic(errors, "q90")  # [P]
     lo, hi = percentile_ci(boot, level)
     return [_row(quantity="error_statistic", statistic="q90", prompt_length=float(L), estimate=q90[j],
                  ci_low=lo[j], ci_high=hi[j], **common) for j, L in enumerate(lengths)]
@@ -125,13 +128,13 @@ def paper_form_rows(metric: str, group: list, level: float, grid) -> list[dict]:
     """Joint fit of c₁ ln L / L^{c₂/σ²} over the Gaussian cells of ``group`` with its bootstrap CI, and its
     exponent curve ĉ₂/c on ``grid`` from 0.9× the smallest fitted c.
 
-    ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap indices [B, R]) per c; each c is
+    ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap means [B, P']) per c; each c was
     resampled with its own indices (the cells are independent). The heuristic rate predicts c₂ = 1/2.
     """
     ls = np.concatenate([g[2] for g in group])  # [N]
     s2 = np.concatenate([np.full(len(g[2]), g[1]) for g in group])  # [N]
     point = np.concatenate([g[3].mean(0) for g in group])  # [N]
-    boot = np.concatenate([bootstrap_statistic(g[3], "mean", g[4]) for g in group], axis=1)  # [B, N]
+    boot = np.concatenate([g[4] for g in group], axis=1)  # [B, N]
     est, boot_fit = fit_paper_form(ls, s2, point), fit_paper_form(ls, s2, boot)  # [2], [B, 2]
     rows = []
     for k, pname in enumerate(("c1", "c2")):
@@ -148,10 +151,19 @@ def paper_form_rows(metric: str, group: list, level: float, grid) -> list[dict]:
     return rows
 
 
-def rate_rows(frame: pd.DataFrame, cfg, seed: int) -> pd.DataFrame:
-    """Every row of rates.parquet from the merged error table (module docstring)."""
+def in_memory_cells(frame: pd.DataFrame):
+    """(cells, load_cell) for :func:`rate_rows` from a merged error table already in memory."""
+    groups = dict(list(frame.groupby(["measure", "c"], sort=True)))
+    return sorted(groups), lambda name, c: groups[(name, c)]
+
+
+def rate_rows(cells: list[tuple[str, float]], load_cell: Callable[[str, float], pd.DataFrame], cfg,
+              seed: int) -> pd.DataFrame:
+    """Every row of rates.parquet (module docstring) from the (measure, c) ``cells`` of the merged error
+    table, sorted, each read by ``load_cell`` only when its turn comes."""
     rows, paper_cells, c_values = [], {}, {}
-    for (name, c), cell in progress(list(frame.groupby(["measure", "c"], sort=True)), desc="rates"):
+    for name, c in progress(cells, desc="rates"):
+        cell = load_cell(name, c)
         c, sigma_sq = float(c), float(cell["sigma_sq"].iloc[0])
         c_values.setdefault(name, []).append(c)
         for metric, column in ERROR_METRICS.items():
@@ -159,14 +171,15 @@ def rate_rows(frame: pd.DataFrame, cfg, seed: int) -> pd.DataFrame:
             rng = np.random.default_rng(stream_seed(seed, f"bounds/bootstrap/{name}/{metric}", int(round(c * 1e6))))
             idx = bootstrap_indices(errors.shape[0], cfg.n_bootstrap, rng)  # [B, R]
             common = dict(metric=metric, measure=name, c=c, n_repetitions=errors.shape[0])
+            boots = bootstrap_statistics(errors, (*STATISTICS, "q90"), idx)  # {statistic: [B, P]}
             for stat in STATISTICS:
-                rows += statistic_rows(errors, lengths, idx, stat, cfg.ci_level, common)
-            rows += quantile_rows(errors, lengths, idx, cfg.ci_level, common)
+                rows += statistic_rows(errors, lengths, boots[stat], stat, cfg.ci_level, common)
+            rows += quantile_rows(errors, lengths, boots["q90"], cfg.ci_level, common)
             if metric == "output" and name == "gaussian":
                 rows.append(constant_row(errors, lengths, idx, sigma_sq, cfg.dim, cfg.ci_level, common))
             if name == "gaussian" and c >= cfg.paper_form_min_c:
                 fit = upper_half(lengths)
-                paper_cells.setdefault(metric, []).append((c, sigma_sq, lengths[fit], errors[:, fit], idx))
+                paper_cells.setdefault(metric, []).append((c, sigma_sq, lengths[fit], errors[:, fit], boots["mean"][:, fit]))
     for name, values in c_values.items():
         rows += predicted_curve_rows(name, exponent_grid(values))
     for metric, group in paper_cells.items():
