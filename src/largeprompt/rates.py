@@ -13,6 +13,7 @@ import numpy as np
 from scipy import stats
 
 STATISTICS = ("mean", "median")
+QUANTILES = {"median": 0.5, "q90": 0.9}  # the order statistics among the statistics (q90: display only)
 
 
 def predicted_exponent(c, measure: str = "gaussian") -> np.ndarray:
@@ -45,8 +46,8 @@ def statistic(errors: np.ndarray, name: str) -> np.ndarray:
         return errors.mean(axis=-2)
     if name == "median":
         return np.median(errors, axis=-2)
-    if name == "q90":
-        return np.quantile(errors, 0.9, axis=-2)
+    if name in QUANTILES:
+        return np.quantile(errors, QUANTILES[name], axis=-2)
     raise ValueError(f"unknown statistic {name!r}; allowed {STATISTICS}")
 
 
@@ -67,14 +68,6 @@ def local_exponents(prompt_lengths, values: np.ndarray) -> np.ndarray:
 def bootstrap_indices(n_reps: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """[n_boot, n_reps] repetition indices drawn with replacement."""
     return rng.integers(0, n_reps, size=(n_boot, n_reps))
-
-
-def bootstrap_statistic(errors: np.ndarray, name: str, indices: np.ndarray) -> np.ndarray:
-    """The statistic of every bootstrap resample: errors [R, P], indices [B, R] → [B, P]."""
-    return bootstrap_statistics(errors, (name,), indices)[name]
-
-
-QUANTILES = {"median": 0.5, "q90": 0.9}
 
 
 def bootstrap_statistics(errors: np.ndarray, names, indices: np.ndarray, block: int = 64) -> dict[str, np.ndarray]:

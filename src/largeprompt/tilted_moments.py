@@ -67,12 +67,13 @@ class TiltedMoments:
             self.tile_elements = attention_tile(q, n, dim, self.second_moment, tokens.dtype, tokens.device)
         return tokens.expand(*self._batch, *tokens.shape[-2:]).reshape(-1, *tokens.shape[-2:])
 
-    def _new(self, n: int, rows: int, cols: int, like: torch.Tensor, fill=None) -> torch.Tensor:
-        """An [n, rows, cols] buffer, stored transposed when token-major."""
-        shape = (n, cols, rows) if self._token_major else (n, rows, cols)
+    @staticmethod
+    def _buffer(n: int, rows: int, cols: int, like: torch.Tensor, transposed: bool, fill=None) -> torch.Tensor:
+        """An [n, rows, cols] buffer, or a transposed view of an [n, cols, rows] one."""
+        shape = (n, cols, rows) if transposed else (n, rows, cols)
         out = torch.empty(shape, dtype=like.dtype, device=like.device) if fill is None else \
             torch.full(shape, fill, dtype=like.dtype, device=like.device)
-        return out.mT if self._token_major else out
+        return out.mT if transposed else out
 
     def update(self, tokens: torch.Tensor) -> None:
         """Absorb a block of prompt tokens [*B, l, D]."""
@@ -104,19 +105,14 @@ class TiltedMoments:
         length, dim = tokens.shape[1:]
         if self._rows is None or self._rows.shape[1] < length:
             width = dim + 1 + (dim * dim if self.second_moment else 0)
-            self._rows = self._new_rows(tokens.shape[0], length, width, tokens)
+            # rows are contiguous when token-major; scores and sums are then the transposed ones
+            self._rows = self._buffer(tokens.shape[0], length, width, tokens, not self._token_major, fill=1.0)
             self._weights_buffer = None
         rows = self._rows[:, :length]
         z = rows[..., :dim].copy_(tokens)
         if self.second_moment:
             torch.mul(z.unsqueeze(-1), z.unsqueeze(-2), out=rows[..., dim + 1 :].unflatten(-1, (dim, dim)))
         return rows
-
-    def _new_rows(self, n: int, length: int, width: int, like: torch.Tensor) -> torch.Tensor:
-        """Rows [n, l, R] of ones: contiguous when token-major, else a transposed view of [n, R, l]."""
-        if self._token_major:
-            return torch.ones(n, length, width, dtype=like.dtype, device=like.device)
-        return torch.ones(n, width, length, dtype=like.dtype, device=like.device).mT
 
     def _weights(self, rows: torch.Tensor) -> torch.Tensor:
         """e^{sᵢ − r} [n, q, l] for the tile rows [n, l, R] (a reused buffer)."""
@@ -125,7 +121,7 @@ class TiltedMoments:
             self._shifted_tilt = torch.cat([self._flat_tilt, -self.reference.unsqueeze(-1)], dim=-1)
         if self._weights_buffer is None:
             n, q = self._flat_tilt.shape[:2]
-            self._weights_buffer = self._new(n, q, self._rows.shape[1], rows)
+            self._weights_buffer = self._buffer(n, q, self._rows.shape[1], rows, self._token_major)
         out = self._weights_buffer[..., : rows.shape[1]]
         if rows.shape[0] == 1:
             torch.mm(self._shifted_tilt[0], rows[0, :, : dim + 1].T, out=out[0])
@@ -147,7 +143,7 @@ class TiltedMoments:
         tile_max = scores.amax(-1)
         new_reference = tile_max if self.reference is None else torch.maximum(self.reference, tile_max)
         if self.sums is None:
-            self.sums = self._new(n, q, rows.shape[-1], rows, fill=0.0)
+            self.sums = self._buffer(n, q, rows.shape[-1], rows, self._token_major, fill=0.0)
         else:
             self.sums *= torch.exp(self.reference - new_reference).unsqueeze(-1)  # ≤ 1
         self.reference, self._shifted_tilt = new_reference, None
