@@ -1,4 +1,4 @@
-"""Per-machine attention tiles (largeprompt.autotune): correctness for every candidate, cache, lock, override.
+"""Per-machine attention kernels (largeprompt.autotune): correctness for every candidate, cache, lock, override.
 
 No timing is asserted: where the choice matters, tuning is replaced by a stand-in timer.
 Every test runs with XDG_CACHE_HOME in its own temporary folder.
@@ -14,6 +14,7 @@ import torch
 from largeprompt import autotune
 from largeprompt.attention import TiltedMoments
 from largeprompt.provenance import provenance
+from largeprompt.tilted_moments import AttentionKernel
 
 F64 = torch.float64
 
@@ -21,25 +22,25 @@ F64 = torch.float64
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(autotune.ENV_TILE, raising=False)
+    monkeypatch.delenv(autotune.ENV_KERNEL, raising=False)
     autotune.forget()
-    yield tmp_path / "xdg" / "largeprompt" / "kernel_tiles.json"
+    yield tmp_path / "xdg" / "largeprompt" / "attention_kernels.json"
     autotune.forget()
 
 
 def stand_in_timer(fastest_index=1, calls=None):
     """A time_candidates replacement: candidate number ``fastest_index`` is the fastest; counts its calls."""
 
-    def timer(tiles, *args, **kwargs):
+    def timer(kernels, *args, **kwargs):
         if calls is not None:
-            calls.append(tuple(tiles))
-        return {t: (0.5 if i == min(fastest_index, len(tiles) - 1) else 1.0 + i) for i, t in enumerate(tiles)}
+            calls.append(tuple(kernels))
+        return {k: (0.5 if i == min(fastest_index, len(kernels) - 1) else 1.0 + i) for i, k in enumerate(kernels)}
 
     return timer
 
 
 # ------------------------------------------------------------------------------------------
-# results do not depend on the tile beyond round-off
+# results do not depend on the kernel beyond round-off
 
 
 def reference_moments(tilt, tokens):
@@ -66,11 +67,11 @@ def round_off_bound(tilt, tokens, eps):
     return 2 * (2 * weight_error + (3 * length + dim + 8) * eps) * tokens.abs().max().item()
 
 
-def tiled_moments(tilt, tokens, tile, second_moment, chunk):
-    acc = TiltedMoments(tilt, second_moment, tile_elements=tile)
+def tiled_moments(tilt, tokens, kernel, second_moment, chunk):
+    acc = TiltedMoments(tilt, second_moment, kernel)
     for start in range(0, tokens.shape[-2], chunk):
         acc.update(tokens[..., start : start + chunk, :])
-    assert acc.tile_elements == tile
+    assert acc.kernel == kernel
     return acc.mean(), (acc.covariance() if second_moment else None)
 
 
@@ -83,7 +84,7 @@ REGIMES = {  # (prompts, queries, dim, second_moment, dtype, prompt_length)
 
 
 @pytest.mark.parametrize("regime", REGIMES)
-def test_every_candidate_tile_matches_the_untiled_reference(regime):
+def test_every_candidate_kernel_matches_the_untiled_reference(regime):
     prompts, queries, dim, second_moment, dtype, length = REGIMES[regime]
     gen = torch.Generator().manual_seed(7)
     tilt = torch.randn(prompts, queries, dim, generator=gen, dtype=F64).to(dtype)
@@ -91,28 +92,30 @@ def test_every_candidate_tile_matches_the_untiled_reference(regime):
     if prompts == 1:
         tilt, tokens = tilt[0], tokens[0]
     itemsize = torch.empty((), dtype=dtype).element_size()
-    tiles = set(autotune.candidate_tiles(queries, prompts, dim, itemsize))  # this machine's caches
-    tiles |= set(autotune.candidate_tiles(queries, prompts, dim, itemsize, {2: 32 << 10, 3: 1 << 20}))  # small ones
+    kernels = set(autotune.candidate_kernels(queries, prompts, dim, itemsize))  # this machine's caches
+    kernels |= set(autotune.candidate_kernels(queries, prompts, dim, itemsize, {2: 32 << 10, 3: 1 << 20}))  # small
+    assert {(k.token_major, k.base2) for k in kernels} == {(False, False), (False, True), (True, False), (True, True)}
     mean_ref, cov_ref = reference_moments(tilt, tokens)
     tol = round_off_bound(tilt, tokens, torch.finfo(dtype).eps)
-    for tile in sorted(tiles):
-        mean, cov = tiled_moments(tilt, tokens, tile, second_moment, chunk=4999)
-        assert (mean.double() - mean_ref).abs().max().item() <= tol, (regime, tile)
+    for kernel in sorted(kernels, key=str):
+        mean, cov = tiled_moments(tilt, tokens, kernel, second_moment, chunk=4999)
+        assert (mean.double() - mean_ref).abs().max().item() <= tol, (regime, str(kernel))
         if second_moment:  # Σ w z zᵀ/Σ w − m mᵀ: each term as the mean's bound, times max|z|
             cov_tol = 4 * tol * tokens.abs().max().item()
-            assert (cov.double() - cov_ref).abs().max().item() <= cov_tol, (regime, tile)
+            assert (cov.double() - cov_ref).abs().max().item() <= cov_tol, (regime, str(kernel))
 
 
-@pytest.mark.parametrize("token_major", [False, True])
-def test_both_storage_orders_match_the_untiled_reference(token_major, monkeypatch):
-    """Token-major and query-major storage (chosen by queries per prompt) give the same moments, overflow included."""
-    monkeypatch.setattr(TiltedMoments, "TOKEN_MAJOR_MIN_QUERIES", 1 if token_major else 10**9)
+@pytest.mark.parametrize("base2", [False, True], ids=["exp", "exp2"])
+@pytest.mark.parametrize("token_major", [False, True], ids=["query-major", "token-major"])
+def test_both_storage_orders_and_bases_match_the_untiled_reference(token_major, base2):
+    """Token-major and query-major storage, base e and base 2, give the same moments, overflow included."""
     gen = torch.Generator().manual_seed(11)
     for prompts, queries, length in ((1, 5, 3000), (6, 4, 2000)):
         tilt = torch.randn(prompts, queries, 3, generator=gen, dtype=F64)
         tilt[..., 0, 0] = 2000.0  # scores up to ±10⁴: the unchecked pass overflows and is redone
         tokens = 1.5 * torch.randn(prompts, length, 3, generator=gen, dtype=F64)
-        acc = TiltedMoments(tilt, True, tile_elements=TiltedMoments.MIN_TILE_TOKENS * prompts * queries)
+        kernel = AttentionKernel(TiltedMoments.MIN_TILE_TOKENS * prompts * queries, token_major, base2)
+        acc = TiltedMoments(tilt, True, kernel)
         for start in range(0, length, 777):
             acc.update(tokens[:, start : start + 777])
         assert acc._token_major is token_major
@@ -122,13 +125,14 @@ def test_both_storage_orders_match_the_untiled_reference(token_major, monkeypatc
         assert (acc.covariance() - cov_ref).abs().max().item() <= 4 * tol * tokens.abs().max().item()
 
 
-def test_overflow_inside_a_block_of_tiles_is_redone_tile_by_tile():
+@pytest.mark.parametrize("base2", [False, True], ids=["exp", "exp2"])
+def test_overflow_inside_a_block_of_tiles_is_redone_tile_by_tile(base2):
     """Scores rising from −3000 to 3000 across one update of 20 tiles: the unchecked pass overflows, the redo rebases."""
     length = 5000
     t = torch.linspace(-1.0, 1.0, length, dtype=F64)
     tokens = torch.stack([t, torch.cos(40 * t), torch.sin(40 * t)], dim=-1)  # [L, 3]
     tilt = torch.tensor([[3000.0, 0.0, 0.0], [-3000.0, 1.0, 0.0], [1.0, 2.0, 3.0]], dtype=F64)
-    mean, _ = tiled_moments(tilt, tokens, 3 * TiltedMoments.MIN_TILE_TOKENS, False, chunk=length)
+    mean, _ = tiled_moments(tilt, tokens, AttentionKernel(3 * TiltedMoments.MIN_TILE_TOKENS, False, base2), False, chunk=length)
     mean_ref, _ = reference_moments(tilt, tokens)
     assert torch.isfinite(mean).all()
     assert (mean - mean_ref).abs().max().item() <= round_off_bound(tilt, tokens, torch.finfo(F64).eps)
@@ -167,24 +171,36 @@ def test_cache_sizes_are_read_from_sysfs(tmp_path):
 def test_cache_round_trips_and_is_keyed_by_machine_and_regime(private_cache, monkeypatch):
     calls = []
     monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(1, calls))
-    tile = autotune.attention_tile(40, 1, 6, False, F64)
-    expected = autotune.candidate_tiles(64, 1, 6, 8)[1]  # tuned at the bucket's 64 queries
-    assert tile == expected and len(calls) == 1 and autotune.tile_sources() == {autotune.regime_key(40, 1, 6, False, F64): "tuned"}
+    kernel = autotune.attention_kernel(40, 1, 6, False, F64)
+    expected = autotune.candidate_kernels(64, 1, 6, 8)[1]  # tuned at the bucket's 64 queries
+    assert kernel == expected and len(calls) == 1
+    assert autotune.kernel_sources() == {autotune.regime_key(40, 1, 6, False, F64): "tuned"}
     stored = json.loads(private_cache.read_text())
     assert stored["format"] == autotune.CACHE_FORMAT
-    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["tile_elements"] == tile
+    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["kernel"] == str(kernel)
 
     autotune.forget()  # a new process: the same bucket (33..64 queries) reads the cache
-    assert autotune.attention_tile(64, 1, 6, False, F64) == tile and len(calls) == 1
-    assert set(autotune.tile_sources().values()) == {"cache"}
+    assert autotune.attention_kernel(64, 1, 6, False, F64) == kernel and len(calls) == 1
+    assert set(autotune.kernel_sources().values()) == {"cache"}
     for other in [(40, 1, 6, False, torch.float32), (200, 1, 6, False, F64), (40, 8, 6, False, F64),
                   (40, 1, 3, False, F64), (40, 1, 6, True, F64)]:  # dtype, query and prompt buckets, D, covariance
-        autotune.attention_tile(*other)
+        autotune.attention_kernel(*other)
     assert len(calls) == 6
     monkeypatch.setattr(autotune, "machine_key", lambda: "another CPU | 64 cores | 1 threads | torch 9")
     autotune.forget()
-    autotune.attention_tile(64, 1, 6, False, F64)
+    autotune.attention_kernel(64, 1, 6, False, F64)
     assert len(calls) == 7 and len(json.loads(private_cache.read_text())["machines"]) == 2
+
+
+def test_kernels_print_and_parse_back():
+    for kernel in autotune.candidate_kernels(64, 1, 6, 8):
+        assert AttentionKernel.parse(str(kernel), autotune.default_kernel(1)) == kernel
+    default = AttentionKernel(4096, True, False)
+    assert AttentionKernel.parse("exp=2", default) == AttentionKernel(4096, True, True)
+    assert AttentionKernel.parse(" tile = 512 , scores=query ", default) == AttentionKernel(512, False, False)
+    for bad in ("tile=0", "tile=-3", "tile=many", "scores=diagonal", "exp=10", "speed=fast"):
+        with pytest.raises(ValueError, match="tile|scores|exp"):
+            AttentionKernel.parse(bad, default)
 
 
 def test_regime_keys_bucket_the_counts():
@@ -199,19 +215,19 @@ def test_corrupt_cache_is_ignored_and_rewritten(private_cache, monkeypatch, garb
     private_cache.parent.mkdir(parents=True)
     private_cache.write_bytes(garbage)
     monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(0))
-    tile = autotune.attention_tile(64, 1, 6, False, F64)
+    kernel = autotune.attention_kernel(64, 1, 6, False, F64)
     stored = json.loads(private_cache.read_text())
-    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["tile_elements"] == tile
+    assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["kernel"] == str(kernel)
 
 
 def test_invalid_cache_entry_is_retuned(private_cache, monkeypatch):
     key, regime = autotune.machine_key(), autotune.regime_key(64, 1, 6, False, F64)
     private_cache.parent.mkdir(parents=True)
-    for bad in (-4, "4096", True, None):
-        private_cache.write_text(json.dumps({"format": 1, "machines": {key: {regime: {"tile_elements": bad}}}}))
+    for bad in (-4, "4096", True, None, "tile=0,scores=query", "tile=4096,exp=3"):
+        private_cache.write_text(json.dumps({"format": autotune.CACHE_FORMAT, "machines": {key: {regime: {"kernel": bad}}}}))
         autotune.forget()
         monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(2))
-        assert autotune.attention_tile(64, 1, 6, False, F64) == autotune.candidate_tiles(64, 1, 6, 8)[2]
+        assert autotune.attention_kernel(64, 1, 6, False, F64) == autotune.candidate_kernels(64, 1, 6, 8)[2]
 
 
 CONCURRENT = textwrap.dedent(
@@ -220,10 +236,10 @@ CONCURRENT = textwrap.dedent(
     import torch
     from largeprompt import autotune
 
-    def timer(tiles, *args, **kwargs):  # each process would pick a different tile if it tuned on its own
+    def timer(kernels, *args, **kwargs):  # each process would pick a different kernel if it tuned on its own
         time.sleep(0.5)  # hold the lock long enough for the other process to want it
         rng = random.Random()
-        return {t: rng.random() for t in tiles}
+        return {k: rng.random() for k in kernels}
 
     autotune.time_candidates = timer
     barrier = pathlib.Path(sys.argv[1])  # start together, once both have imported torch
@@ -231,8 +247,8 @@ CONCURRENT = textwrap.dedent(
     deadline = time.time() + 120
     while len(list(barrier.glob("ready-*"))) < 2 and time.time() < deadline:
         time.sleep(0.005)
-    tile = autotune.attention_tile(64, 1, 6, False, torch.float64)
-    print(json.dumps({"tile": tile, "source": autotune.tile_sources()}))
+    kernel = autotune.attention_kernel(64, 1, 6, False, torch.float64)
+    print(json.dumps({"kernel": str(kernel), "source": autotune.kernel_sources()}))
     """
 )
 
@@ -249,11 +265,11 @@ def test_concurrent_first_use_agrees(private_cache, tmp_path):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
-    assert results[0]["tile"] == results[1]["tile"]
+    assert results[0]["kernel"] == results[1]["kernel"]
     sources = sorted(next(iter(r["source"].values())) for r in results)
     assert sources == ["cache", "tuned"]  # the first writer wins, the other re-reads
     stored = json.loads(private_cache.read_text())["machines"]
-    assert [e["tile_elements"] for m in stored.values() for e in m.values()] == [results[0]["tile"]]
+    assert [e["kernel"] for m in stored.values() for e in m.values()] == [results[0]["kernel"]]
 
 
 # ------------------------------------------------------------------------------------------
@@ -262,33 +278,52 @@ def test_concurrent_first_use_agrees(private_cache, tmp_path):
 
 def test_environment_override_wins_and_skips_tuning(private_cache, monkeypatch):
     monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(0))
-    autotune.attention_tile(64, 1, 6, False, F64)  # cache a tuned tile first
+    autotune.attention_kernel(64, 1, 6, False, F64)  # cache a tuned kernel first
     autotune.forget()
 
     def no_tuning(*args, **kwargs):
         raise AssertionError("the override must not tune")
 
     monkeypatch.setattr(autotune, "time_candidates", no_tuning)
-    monkeypatch.setenv(autotune.ENV_TILE, "5000")
+    monkeypatch.setenv(autotune.ENV_KERNEL, "tile=5000,exp=2")
     acc = TiltedMoments(torch.randn(64, 6, dtype=F64))
     acc.update(torch.randn(1000, 6, dtype=F64))
-    assert acc.tile_elements == 5000 and autotune.attention_tile(64, 1, 6, False, F64) == 5000
-    assert set(autotune.tile_sources().values()) == {"env"}
-    for bad in ("zero", "0", "-3"):
-        monkeypatch.setenv(autotune.ENV_TILE, bad)
-        with pytest.raises(ValueError, match=autotune.ENV_TILE):
-            autotune.attention_tile(64, 1, 6, False, F64)
+    expected = AttentionKernel(5000, autotune.default_kernel(64).token_major, True)  # scores: the default order
+    assert acc.kernel == expected and autotune.attention_kernel(64, 1, 6, False, F64) == expected
+    assert set(autotune.kernel_sources().values()) == {"env"}
+    for bad in ("zero", "tile=0", "tile=-3", "scores=diagonal"):
+        monkeypatch.setenv(autotune.ENV_KERNEL, bad)
+        with pytest.raises(ValueError, match=autotune.ENV_KERNEL):
+            autotune.attention_kernel(64, 1, 6, False, F64)
 
 
 def test_override_without_a_cache_writes_nothing(private_cache, monkeypatch):
-    monkeypatch.setenv(autotune.ENV_TILE, "65536")
+    monkeypatch.setenv(autotune.ENV_KERNEL, "tile=65536")
     TiltedMoments(torch.randn(4, 3, dtype=F64)).update(torch.randn(100, 3, dtype=F64))
     assert not private_cache.parent.exists()
 
 
-def test_provenance_records_the_tiles_used(monkeypatch):
-    monkeypatch.setenv(autotune.ENV_TILE, "32768")
-    assert provenance("some_rule", {})["kernel_tiles"] == {}
+def test_provenance_records_the_kernels_used(monkeypatch):
+    monkeypatch.setenv(autotune.ENV_KERNEL, "tile=32768,scores=token,exp=2")
+    assert provenance("some_rule", {})["attention_kernels"] == {}
     acc = TiltedMoments(torch.randn(250, 1, 2, dtype=F64), second_moment=True)
     acc.update(torch.randn(250, 10, 2, dtype=F64))
-    assert provenance("some_rule", {})["kernel_tiles"] == {"attention/float64/cpu/D2/q1/p256/cov": 32768}
+    assert provenance("some_rule", {})["attention_kernels"] == {
+        "attention/float64/cpu/D2/q1/p256/cov": "tile=32768,scores=token,exp=2"}
+
+
+def test_a_recorded_kernel_reproduces_its_bits(monkeypatch):
+    """The same kernel gives the same bits; another may not, but agrees to round-off (module doc of autotune)."""
+    gen = torch.Generator().manual_seed(5)
+    tilt, tokens = torch.randn(64, 6, generator=gen, dtype=F64), torch.randn(30_000, 6, generator=gen, dtype=F64)
+    runs = {}
+    for text in ("tile=65536,scores=query,exp=2", "tile=65536,scores=query,exp=2", "tile=131072,scores=token,exp=e"):
+        autotune.forget()
+        monkeypatch.setenv(autotune.ENV_KERNEL, text)
+        acc = TiltedMoments(tilt)
+        acc.update(tokens)
+        runs.setdefault(text, []).append(acc.mean())
+    same = runs["tile=65536,scores=query,exp=2"]
+    assert torch.equal(same[0], same[1])
+    other = runs["tile=131072,scores=token,exp=e"][0]
+    assert (other - same[0]).abs().max().item() <= round_off_bound(tilt, tokens, torch.finfo(F64).eps)

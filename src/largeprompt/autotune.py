@@ -1,23 +1,27 @@
-"""Per-machine tiling of the streaming-attention kernel (:class:`largeprompt.attention.TiltedMoments`).
+"""Per-machine choice of the streaming-attention kernel (:class:`largeprompt.tilted_moments.AttentionKernel`).
 
-The score tile (how many scores one GEMM → exp → GEMM step of the hot loop handles) trades
-per-tile Python overhead against cache misses, so its best size depends on the cache hierarchy,
-the BLAS and the problem regime (queries per prompt, prompts per batch, D, dtype). It is fixed
-once per machine and regime, at first use:
+The hot loop of :class:`largeprompt.tilted_moments.TiltedMoments` (GEMM → exp → GEMM over a tile of
+scores) has three knobs whose best setting depends on the machine: the tile size (per-tile Python
+overhead against cache misses: the cache hierarchy), the storage order of scores and sums (which
+GEMM shapes the BLAS runs fastest) and the base of the exponential (torch's exp2 is 1.7× slower than
+exp on an Intel Xeon with MKL, 1.9× faster on an AMD EPYC, where MKL's exp is slow). They are fixed
+once per machine and regime (queries per prompt, prompts per batch, D, dtype), at first use:
 
-1. ``LARGEPROMPT_ATTENTION_TILE=<elements>`` in the environment wins, and nothing is tuned;
-2. else the cache ``$XDG_CACHE_HOME/largeprompt/kernel_tiles.json`` (``~/.cache/largeprompt``);
-3. else a few candidates, sized from the detected L2 and L3 caches, are timed on a synthetic
-   problem of the same regime (a fraction of a second) under an exclusive file lock, and the
-   winner is written to the cache atomically. A job that finds the lock held waits and
-   re-reads, so concurrent jobs agree: the first writer wins. A corrupt cache is ignored and
-   rewritten.
+1. ``LARGEPROMPT_ATTENTION_KERNEL=tile=<n>,scores=token|query,exp=e|2`` (any subset of the fields)
+   in the environment wins, and nothing is tuned;
+2. else the cache ``$XDG_CACHE_HOME/largeprompt/attention_kernels.json`` (``~/.cache/largeprompt``);
+3. else every combination of a few tiles, sized from the detected L2 and L3 caches, both storage
+   orders and both bases is timed on a synthetic problem of the same regime (well under a second)
+   under an exclusive file lock, and the winner is written to the cache atomically. A job that finds
+   the lock held waits and re-reads, so concurrent jobs agree: the first writer wins. A corrupt
+   cache is ignored and rewritten.
 
 The cache is keyed by CPU model, core count, torch threads and version and the kernel's revision,
-then by regime. The tile changes only the order of floating-point summation, so results agree to
-round-off for every tile; a rerun is bit-identical with the same tile, which the cache keeps fixed
-across runs and the provenance of every Parquet file records (``kernel_tiles``, :func:`tiles_used`).
-Deleting the cache may retune to another tile: same results up to round-off, not the same bits.
+then by regime. The kernel changes only the order and rounding of floating-point operations, so
+results agree to round-off for every choice; a rerun is bit-identical with the same kernel, which the
+cache keeps fixed across runs and the provenance of every Parquet file records
+(``attention_kernels``, :func:`kernels_used`; set the variable to a recorded value to run that kernel).
+Deleting the cache may retune to another kernel: same results up to round-off, not the same bits.
 Streaming chunk sizes are not tuned: a streamed prompt's chunk size fixes its random stream
 (:func:`largeprompt.attention.prompt_chunks`), so it is a config value.
 """
@@ -34,21 +38,24 @@ from pathlib import Path
 
 import torch
 
-ENV_TILE = "LARGEPROMPT_ATTENTION_TILE"
-CACHE_FORMAT = 1
-KERNEL_REVISION = 3  # bump when TiltedMoments' hot loop changes: tiles tuned for an older loop are then retuned
+from .tilted_moments import AttentionKernel, TiltedMoments
+
+ENV_KERNEL = "LARGEPROMPT_ATTENTION_KERNEL"
+CACHE_FORMAT = 2
+KERNEL_REVISION = 4  # bump when TiltedMoments' hot loop changes: kernels tuned for an older loop are then retuned
 DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
+TOKEN_MAJOR_MIN_QUERIES = 16  # the untuned default storage order: token-major from this many queries per prompt
 MAX_TILE_ELEMENTS = 1 << 21
 TUNING_TOKEN_BYTES = 32 << 20  # memory for the synthetic prompt of a tuning run
 FALLBACK_CACHES = {2: 512 << 10, 3: 8 << 20}  # bytes, where /sys does not say
 
-_chosen: dict[str, int] = {}  # regime key → tile elements used by this process
+_chosen: dict[str, AttentionKernel] = {}  # regime key → the kernel used by this process
 _sources: dict[str, str] = {}  # regime key → "env" | "cache" | "tuned" | "default"
 
 
 def cache_file() -> Path:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "largeprompt" / "kernel_tiles.json"
+    return Path(root) / "largeprompt" / "attention_kernels.json"
 
 
 def cpu_model() -> str:
@@ -105,8 +112,6 @@ def candidate_tiles(queries: int, prompts: int, dim: int, itemsize: int, caches:
     A score costs ``itemsize`` bytes and its share of the token tile (D + 1)·itemsize / queries.
     Sizes that give the same tile in tokens (at least TiltedMoments.MIN_TILE_TOKENS) are merged.
     """
-    from .tilted_moments import TiltedMoments
-
     caches = caches or cache_sizes()
     per_element = itemsize * (1 + (dim + 1) / queries)
     low = max(1, int(caches[2] / per_element))
@@ -120,36 +125,45 @@ def candidate_tiles(queries: int, prompts: int, dim: int, itemsize: int, caches:
     return tiles
 
 
-def time_candidates(tiles, queries, prompts, dim, second_moment, dtype, rounds: int = 3) -> dict[int, float]:
-    """Best-of-``rounds`` CPU seconds of one TiltedMoments.update per tile, on the same synthetic prompt.
+def default_kernel(queries: int, tile_elements: int = DEFAULT_TILE_ELEMENTS) -> AttentionKernel:
+    """The untuned kernel: base e, token-major from TOKEN_MAJOR_MIN_QUERIES queries per prompt."""
+    return AttentionKernel(int(tile_elements), queries >= TOKEN_MAJOR_MIN_QUERIES, False)
+
+
+def candidate_kernels(queries: int, prompts: int, dim: int, itemsize: int, caches=None) -> list[AttentionKernel]:
+    """Every candidate tile (:func:`candidate_tiles`) in both storage orders and both bases."""
+    return [AttentionKernel(tile, token_major, base2) for tile in candidate_tiles(queries, prompts, dim, itemsize, caches)
+            for token_major in (False, True) for base2 in (False, True)]
+
+
+def time_candidates(kernels, queries, prompts, dim, second_moment, dtype, rounds: int = 3) -> dict[AttentionKernel, float]:
+    """Best-of-``rounds`` CPU seconds of one TiltedMoments.update per kernel, on the same synthetic prompt.
 
     CPU time (this process's) leaves out the time other jobs hold the core, and rounds interleave the
-    candidates, so a burst of load on a shared machine does not pick the tile.
+    candidates, so a burst of load on a shared machine does not pick the kernel.
     """
-    from .tilted_moments import TiltedMoments
-
     itemsize = torch.empty((), dtype=dtype).element_size()
-    tile_tokens = {t: max(TiltedMoments.MIN_TILE_TOKENS, t // (queries * prompts)) for t in tiles}
+    tile_tokens = {k: max(TiltedMoments.MIN_TILE_TOKENS, k.tile_elements // (queries * prompts)) for k in kernels}
     budget = max(1, TUNING_TOKEN_BYTES // (prompts * dim * itemsize))
     n_tokens = min(budget, 2 * max(tile_tokens.values()))
-    tiles = [t for t in tiles if 2 * tile_tokens[t] <= n_tokens] or [min(tiles)]
+    kernels = [k for k in kernels if 2 * tile_tokens[k] <= n_tokens] or [min(kernels, key=lambda k: k.tile_elements)]
     gen = torch.Generator().manual_seed(0)
     tilt = 0.5 * torch.randn(prompts, queries, dim, generator=gen, dtype=dtype)
     tokens = torch.randn(prompts, n_tokens, dim, generator=gen, dtype=dtype)
     if prompts == 1:
         tilt, tokens = tilt[0], tokens[0]  # one prompt shared by the queries
 
-    def run(tile: int) -> float:
-        acc = TiltedMoments(tilt, second_moment, tile_elements=tile)
+    def run(kernel: AttentionKernel) -> float:
+        acc = TiltedMoments(tilt, second_moment, kernel)
         acc.update(tokens[..., :1, :])  # the first tile sets the reference: time the steady state
         start = time.process_time()
         acc.update(tokens)
         return time.process_time() - start
 
-    best = {t: math.inf for t in tiles}
+    best = {k: math.inf for k in kernels}
     for _ in range(rounds):
-        for tile in tiles:
-            best[tile] = min(best[tile], run(tile))
+        for kernel in kernels:
+            best[kernel] = min(best[kernel], run(kernel))
     return best
 
 
@@ -181,10 +195,15 @@ def read_cache(path: Path | None = None) -> dict:
     return {m: e for m, e in data["machines"].items() if isinstance(e, dict)}
 
 
-def _cached_tile(machines: dict, machine: str, regime: str) -> int | None:
+def _cached_kernel(machines: dict, machine: str, regime: str) -> AttentionKernel | None:
     entry = machines.get(machine, {}).get(regime)
-    tile = entry.get("tile_elements") if isinstance(entry, dict) else None
-    return tile if isinstance(tile, int) and not isinstance(tile, bool) and tile >= 1 else None
+    text = entry.get("kernel") if isinstance(entry, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return AttentionKernel.parse(text, default_kernel(1))
+    except ValueError:
+        return None
 
 
 def _write_cache(path: Path, machines: dict) -> None:
@@ -201,75 +220,73 @@ def _write_cache(path: Path, machines: dict) -> None:
         raise
 
 
-def _tile_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime) -> tuple[int, str]:
+def _kernel_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime) -> tuple[AttentionKernel, str]:
     path, machine = cache_file(), machine_key()
-    tile = _cached_tile(read_cache(path), machine, regime)
-    if tile is not None:
-        return tile, "cache"
+    kernel = _cached_kernel(read_cache(path), machine, regime)
+    if kernel is not None:
+        return kernel, "cache"
     with _locked(path.with_name(path.name + ".lock")):
         machines = read_cache(path)  # another job may have tuned while we waited for the lock
-        tile = _cached_tile(machines, machine, regime)
-        if tile is not None:
-            return tile, "cache"
-        tile, seconds = tune(queries, prompts, dim, second_moment, dtype)
-        machines.setdefault(machine, {})[regime] = {"tile_elements": tile, "seconds": {str(t): s for t, s in seconds.items()}}
+        kernel = _cached_kernel(machines, machine, regime)
+        if kernel is not None:
+            return kernel, "cache"
+        kernel, seconds = tune(queries, prompts, dim, second_moment, dtype)
+        machines.setdefault(machine, {})[regime] = {"kernel": str(kernel), "seconds": {str(k): s for k, s in seconds.items()}}
         _write_cache(path, machines)
-        return tile, "tuned"
+        return kernel, "tuned"
 
 
-def tune(queries, prompts, dim, second_moment, dtype) -> tuple[int, dict[int, float]]:
-    """The fastest candidate tile and every candidate's best time (s), timed at the regime's bucket sizes."""
+def tune(queries, prompts, dim, second_moment, dtype) -> tuple[AttentionKernel, dict[AttentionKernel, float]]:
+    """The fastest candidate kernel and every candidate's best time (s), timed at the regime's bucket sizes."""
     queries, prompts = _pow2_at_least(queries), _pow2_at_least(prompts)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    seconds = time_candidates(candidate_tiles(queries, prompts, dim, itemsize), queries, prompts, dim, second_moment, dtype)
+    kernels = candidate_kernels(queries, prompts, dim, itemsize)
+    seconds = time_candidates(kernels, queries, prompts, dim, second_moment, dtype)
     return min(seconds, key=seconds.get), seconds
 
 
-def env_tile() -> int | None:
-    """The override LARGEPROMPT_ATTENTION_TILE (score elements per tile), or None if unset."""
-    raw = os.environ.get(ENV_TILE, "").strip()
+def env_kernel(queries: int) -> AttentionKernel | None:
+    """The override LARGEPROMPT_ATTENTION_KERNEL (fields it leaves out: :func:`default_kernel`), or None if unset."""
+    raw = os.environ.get(ENV_KERNEL, "").strip()
     if not raw:
         return None
     try:
-        tile = int(raw)
-    except ValueError:
-        tile = 0
-    if tile < 1:
-        raise ValueError(f"{ENV_TILE}={raw!r}: expected a positive integer number of score elements per tile")
-    return tile
+        return AttentionKernel.parse(raw, default_kernel(queries))
+    except ValueError as exc:
+        raise ValueError(f"{ENV_KERNEL}={raw!r}: {exc}") from None
 
 
-def attention_tile(queries: int, prompts: int, dim: int, second_moment: bool = False,
-                   dtype: torch.dtype = torch.float64, device="cpu") -> int:
-    """Score elements per tile for ``prompts`` prompts of dimension ``dim`` with ``queries`` queries each.
+def attention_kernel(queries: int, prompts: int, dim: int, second_moment: bool = False,
+                     dtype: torch.dtype = torch.float64, device="cpu") -> AttentionKernel:
+    """The kernel for ``prompts`` prompts of dimension ``dim`` with ``queries`` queries each.
 
     The environment override, else this process's earlier choice, else the per-machine cache,
-    else tuning (CPU only; other devices get DEFAULT_TILE_ELEMENTS). Recorded for :func:`tiles_used`.
+    else tuning (CPU only; other devices get :func:`default_kernel`). Recorded for :func:`kernels_used`.
     """
     regime = regime_key(queries, prompts, dim, second_moment, dtype, device)
-    override = env_tile()
+    override = env_kernel(queries)
     if override is not None:
-        tile, source = override, "env"
+        kernel, source = override, "env"
     elif regime in _chosen:
         return _chosen[regime]
     elif torch.device(device).type != "cpu":
-        tile, source = DEFAULT_TILE_ELEMENTS, "default"
+        kernel, source = default_kernel(queries), "default"
     else:
         try:
-            tile, source = _tile_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime)
+            kernel, source = _kernel_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime)
         except OSError as exc:  # unwritable cache folder: tune for this process only
-            warnings.warn(f"kernel tile cache {cache_file()} unusable ({exc}); tuning without caching", stacklevel=2)
-            tile, source = tune(queries, prompts, dim, second_moment, dtype)[0], "tuned"
-    _chosen[regime], _sources[regime] = tile, source
-    return tile
+            warnings.warn(f"attention kernel cache {cache_file()} unusable ({exc}); tuning without caching", stacklevel=2)
+            kernel, source = tune(queries, prompts, dim, second_moment, dtype)[0], "tuned"
+    _chosen[regime], _sources[regime] = kernel, source
+    return kernel
 
 
-def tiles_used() -> dict[str, int]:
-    """{regime key: tile elements} of every attention regime this process has run (for provenance)."""
-    return dict(sorted(_chosen.items()))
+def kernels_used() -> dict[str, str]:
+    """{regime key: kernel} of every attention regime this process has run (for provenance)."""
+    return {regime: str(kernel) for regime, kernel in sorted(_chosen.items())}
 
 
-def tile_sources() -> dict[str, str]:
+def kernel_sources() -> dict[str, str]:
     """{regime key: 'env' | 'cache' | 'tuned' | 'default'}: where each choice of this process came from."""
     return dict(sorted(_sources.items()))
 
@@ -280,18 +297,16 @@ def forget() -> None:
     _sources.clear()
 
 
-def tiles_report() -> dict:
-    """{'tiles': …, 'tile_sources': …} of this process, JSON-ready (the bench workers print it)."""
-    return {"tiles": tiles_used(), "tile_sources": tile_sources()}
+def kernels_report() -> dict:
+    """{'kernels': …, 'kernel_sources': …} of this process, JSON-ready (the bench workers print it)."""
+    return {"kernels": kernels_used(), "kernel_sources": kernel_sources()}
 
 
-def describe_tiles(report: dict, queries: int) -> str:
-    """One informational line for a :func:`tiles_report`, with the tile in tokens at ``queries`` queries per prompt."""
-    from .tilted_moments import TiltedMoments
-
-    parts = [
-        f"{key} = {tile} scores = {max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)} tokens "
-        f"({report['tile_sources'].get(key, '?')})"
-        for key, tile in report.get("tiles", {}).items()
-    ]
-    return f"(attention tile {'; '.join(parts) or 'not used'}; cache {cache_file()}; override {ENV_TILE})"
+def describe_kernels(report: dict, queries: int) -> str:
+    """One informational line for a :func:`kernels_report`, with the tile in tokens at ``queries`` queries per prompt."""
+    parts = []
+    for key, text in report.get("kernels", {}).items():
+        tile = AttentionKernel.parse(text, default_kernel(queries)).tile_elements
+        tokens = max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)
+        parts.append(f"{key}: {text} ({tokens} tokens; {report['kernel_sources'].get(key, '?')})")
+    return f"(attention kernel {'; '.join(parts) or 'not used'}; cache {cache_file()}; override {ENV_KERNEL})"

@@ -63,8 +63,8 @@ def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_see
         from .devices import resolve_device
 
         record["runtime"] = dict(runtime.__dict__, resolved_device=str(resolve_device(runtime.device)))
-    # The attention tiles this process used (they set the round-off; largeprompt.autotune fixes them per
+    # The attention kernels this process used (they set the round-off; largeprompt.autotune fixes them per
     # machine). Looked up, not imported: a stage that never ran the attention kernel does not depend on it.
     autotune = sys.modules.get("largeprompt.autotune")
-    record["kernel_tiles"] = autotune.tiles_used() if autotune is not None else {}
+    record["attention_kernels"] = autotune.kernels_used() if autotune is not None else {}
     return record

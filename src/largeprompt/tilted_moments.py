@@ -1,12 +1,50 @@
 """The streaming accumulator behind every finite-prompt attention: softmax-weighted token moments (docs/theory.md#jacobians).
 
-Used through :mod:`largeprompt.attention`; its tile size comes from :mod:`largeprompt.autotune`.
+Used through :mod:`largeprompt.attention`; how it runs (:class:`AttentionKernel`: tile size, storage
+order, base of the exponential) comes from :mod:`largeprompt.autotune`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
+
+LOG2_E = 1.0 / math.log(2.0)
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """How :class:`TiltedMoments` runs its hot loop; every choice changes results only by round-off.
+
+    ``tile_elements``: scores per GEMM → exp → GEMM step. ``token_major``: scores and sums stored
+    transposed ([n, l, q], rows [z, 1, z⊗z] contiguous per token) or query-major (scores [n, q, l],
+    rows stored per feature). ``base2``: weights 2^{log₂e·s − r} by exp2 instead of e^{s − r} by exp
+    (which of the two is faster depends on the CPU and its math library). Written and parsed as
+    ``tile=131072,scores=query,exp=2``.
+    """
+
+    tile_elements: int
+    token_major: bool = False
+    base2: bool = False
+
+    def __str__(self) -> str:
+        return f"tile={self.tile_elements},scores={'token' if self.token_major else 'query'},exp={'2' if self.base2 else 'e'}"
+
+    @classmethod
+    def parse(cls, text: str, default: AttentionKernel) -> AttentionKernel:
+        """``tile=<n>,scores=token|query,exp=e|2``; a missing field keeps ``default``'s."""
+        fields = {"tile": str(default.tile_elements), "scores": "token" if default.token_major else "query",
+                  "exp": "2" if default.base2 else "e"}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, _, value = part.partition("=")
+            if key.strip() not in fields:
+                raise ValueError(f"unknown attention kernel field {key.strip()!r} in {text!r}; expected tile, scores, exp")
+            fields[key.strip()] = value.strip()
+        tile = int(fields["tile"]) if fields["tile"].isdigit() else 0
+        if tile < 1 or fields["scores"] not in ("token", "query") or fields["exp"] not in ("e", "2"):
+            raise ValueError(f"attention kernel {text!r}: expected tile=<positive integer>, scores=token|query, exp=e|2")
+        return cls(tile, fields["scores"] == "token", fields["exp"] == "2")
 
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
@@ -18,32 +56,37 @@ class TiltedMoments:
     """Online softmax-weighted first (and optionally second) moments of a stream of tokens.
 
     For tilt a [..., D] it holds a reference score r (the first tile's max, raised whenever needed)
-    and S = Σᵢ wᵢ [zᵢ, 1, zᵢ⊗zᵢ], wᵢ = e^{⟨a, zᵢ⟩ − r}. A tile of tokens is copied into a buffer of
-    rows [z, 1, z⊗z] [n, l, R] (n = prompts), so the hot loop is GEMM (the shift −r rides on the
-    ones column) → in-place exp (natural base: torch's exp2 is up to 1.7× slower than exp on some
-    CPUs) → one GEMM accumulating all of S. With many queries per prompt the scores [n, q, l], the
-    rows and S are stored token-major (transposed), the GEMM shapes BLAS runs fastest with a handful
-    of columns; with few, query-major. A block whose weights overflow (checked once per update) is
-    redone tile by tile, rebasing r to the tile max (log-sum-exp), so scores of ±10⁴ neither
-    overflow nor underflow. ``tile_elements`` (scores per tile; default: the machine's choice,
-    :func:`largeprompt.autotune.attention_tile`) changes the results only by round-off.
+    and S = Σᵢ wᵢ [zᵢ, 1, zᵢ⊗zᵢ], wᵢ = b^{c⟨a, zᵢ⟩ − r} (base b = e with c = 1, or b = 2 with
+    c = log₂e: the same weights). A tile of tokens is copied into a buffer of rows [z, 1, z⊗z]
+    [n, l, R] (n = prompts), so the hot loop is GEMM (the shift −r rides on the ones column) →
+    in-place exp or exp2 → one GEMM accumulating all of S. Scores, rows and S are stored in the
+    ``kernel``'s order (:class:`AttentionKernel`; default: the machine's choice,
+    :func:`largeprompt.autotune.attention_kernel`). A block whose weights overflow (checked once per
+    update) is redone tile by tile, rebasing r to the tile max (log-sum-exp), so scores of ±10⁴
+    neither overflow nor underflow.
     """
 
     MAX_WEIGHT_SUM = 1e200  # rebase the reference score before weights get anywhere near overflow
     MIN_TILE_TOKENS = 256
-    TOKEN_MAJOR_MIN_QUERIES = 16  # measured: 64 queries gain 1.2-1.3× token-major, 1 query loses 1.3-3×
 
-    def __init__(self, tilt: torch.Tensor, second_moment: bool = False, tile_elements: int | None = None):
+    def __init__(self, tilt: torch.Tensor, second_moment: bool = False, kernel: AttentionKernel | None = None):
         self.tilt = tilt  # [..., D]
         self.second_moment = second_moment
-        self.tile_elements = tile_elements
-        self.reference = None  # r [n, q]
+        self.kernel = kernel
+        self.reference = None  # r [n, q], in units of the kernel's base
         self.sums = None  # S [n, q, R], R = D + 1 (+ D²)
         self.count = 0
-        self._flat_tilt = self._shifted_tilt = None  # a [n, q, D]; [a, −r] [n, q, D + 1]
+        self._flat_tilt = self._scaled_tilt = self._shifted_tilt = None  # a, c·a [n, q, D]; [c·a, −r] [n, q, D + 1]
         self._batch = self._out_batch = None
-        self._token_major = False
         self._rows = self._weights_buffer = None  # [n, W, R] and [n, q, W], W = the tile in tokens
+
+    @property
+    def _token_major(self) -> bool:
+        return self.kernel.token_major
+
+    def _power(self, x: torch.Tensor) -> torch.Tensor:
+        """b^x in place (b = 2 or e, the kernel's base)."""
+        return x.exp2_() if self.kernel.base2 else x.exp_()
 
     def _prepare(self, tokens: torch.Tensor) -> torch.Tensor:
         """Lay the tilt out as [n, q, D] for a prompt [*B, l, D] (n = prod B); returns the prompt as [n, l, D].
@@ -59,12 +102,13 @@ class TiltedMoments:
             batch, queries = _broadcast_shape(a.shape[:nb], tokens.shape[:nb]), tuple(a.shape[nb:-1])
             self._batch, self._out_batch = batch, (*batch, *queries)
             self._flat_tilt = a.expand(*batch, *queries, dim).reshape(math.prod(batch), -1, dim)
-            self._token_major = self._flat_tilt.shape[1] >= self.TOKEN_MAJOR_MIN_QUERIES
-        if self.tile_elements is None:
-            from .autotune import attention_tile
+        if self.kernel is None:
+            from .autotune import attention_kernel
 
             n, q = self._flat_tilt.shape[:2]
-            self.tile_elements = attention_tile(q, n, dim, self.second_moment, tokens.dtype, tokens.device)
+            self.kernel = attention_kernel(q, n, dim, self.second_moment, tokens.dtype, tokens.device)
+        if self._scaled_tilt is None:
+            self._scaled_tilt = self._flat_tilt * LOG2_E if self.kernel.base2 else self._flat_tilt
         return tokens.expand(*self._batch, *tokens.shape[-2:]).reshape(-1, *tokens.shape[-2:])
 
     @staticmethod
@@ -80,7 +124,7 @@ class TiltedMoments:
         if tokens.shape[-2] == 0:
             return
         tokens = self._prepare(tokens)
-        tile = max(self.MIN_TILE_TOKENS, int(self.tile_elements) // max(1, self._flat_tilt[..., 0].numel()))
+        tile = max(self.MIN_TILE_TOKENS, int(self.kernel.tile_elements) // max(1, self._flat_tilt[..., 0].numel()))
         length, first = tokens.shape[1], 0
         if self.reference is None:  # the first tile sets the reference score
             self._rebased_tile(self._load(tokens[:, :tile]))
@@ -115,10 +159,10 @@ class TiltedMoments:
         return rows
 
     def _weights(self, rows: torch.Tensor) -> torch.Tensor:
-        """e^{sᵢ − r} [n, q, l] for the tile rows [n, l, R] (a reused buffer)."""
+        """b^{c·sᵢ − r} [n, q, l] for the tile rows [n, l, R] (a reused buffer)."""
         dim = self._flat_tilt.shape[-1]
         if self._shifted_tilt is None:
-            self._shifted_tilt = torch.cat([self._flat_tilt, -self.reference.unsqueeze(-1)], dim=-1)
+            self._shifted_tilt = torch.cat([self._scaled_tilt, -self.reference.unsqueeze(-1)], dim=-1)
         if self._weights_buffer is None:
             n, q = self._flat_tilt.shape[:2]
             self._weights_buffer = self._buffer(n, q, self._rows.shape[1], rows, self._token_major)
@@ -127,7 +171,7 @@ class TiltedMoments:
             torch.mm(self._shifted_tilt[0], rows[0, :, : dim + 1].T, out=out[0])
         else:
             torch.bmm(self._shifted_tilt, rows[..., : dim + 1].mT, out=out)
-        return out.exp_()
+        return self._power(out)
 
     def _checked_tile(self, rows: torch.Tensor) -> None:
         block = torch.bmm(self._weights(rows), rows)  # [n, q, R]
@@ -139,15 +183,15 @@ class TiltedMoments:
     def _rebased_tile(self, rows: torch.Tensor) -> None:
         """Absorb a tile with the reference raised to its max: weights ≤ 1, earlier sums scaled down."""
         n, q, dim = self._flat_tilt.shape
-        scores = torch.bmm(self._flat_tilt, rows[..., :dim].mT)  # sᵢ, [n, q, l]
+        scores = torch.bmm(self._scaled_tilt, rows[..., :dim].mT)  # c·sᵢ, [n, q, l]
         tile_max = scores.amax(-1)
         new_reference = tile_max if self.reference is None else torch.maximum(self.reference, tile_max)
         if self.sums is None:
             self.sums = self._buffer(n, q, rows.shape[-1], rows, self._token_major, fill=0.0)
         else:
-            self.sums *= torch.exp(self.reference - new_reference).unsqueeze(-1)  # ≤ 1
+            self.sums *= self._power(self.reference - new_reference).unsqueeze(-1)  # ≤ 1
         self.reference, self._shifted_tilt = new_reference, None
-        self.sums.baddbmm_(scores.sub_(new_reference.unsqueeze(-1)).exp_(), rows)
+        self.sums.baddbmm_(self._power(scores.sub_(new_reference.unsqueeze(-1))), rows)
 
     def mean(self) -> torch.Tensor:
         """Softmax-weighted token mean z̄_p [..., D]."""

@@ -49,7 +49,7 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
 
 def _stream_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
     from ..attention import streaming_prompt_attention
-    from ..autotune import tiles_report
+    from ..autotune import kernels_report
     from ..measures import Gaussian
 
     measure = Gaussian(torch.zeros(dim), torch.eye(dim, dtype=torch.float64))
@@ -61,7 +61,7 @@ def _stream_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
     start = time.perf_counter()
     run(prompt_length)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "rss_mb": peak_rss_mb(), "baseline_rss_mb": baseline, **tiles_report()}
+    return {"seconds": seconds, "rss_mb": peak_rss_mb(), "baseline_rss_mb": baseline, **kernels_report()}
 
 
 def _sdpa_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
@@ -83,7 +83,7 @@ def _sdpa_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
 
 def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int, extra: dict) -> dict:
     """An attention worker: ``interleaved`` (attention, floor, SDPA in turns) or a peak-memory run."""
-    from ..autotune import tiles_report
+    from ..autotune import kernels_report
 
     if name == "stream_memory":
         return _stream_memory(prompt_length, dim, n_queries)
@@ -93,14 +93,14 @@ def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int
         raise ValueError(f"unknown benchmark worker {name!r}")
     tokens, query, U, V = _inputs(prompt_length, dim, n_queries)
     fns = {kind: _throughput_fn(kind, tokens, query, U, V, extra) for kind in ("attention", "floor", "sdpa")}
-    # the warm-up fixes the attention's tile (tuned at first use, else from the per-machine cache)
+    # the warm-up fixes the attention's kernel (tuned at first use, else from the per-machine cache)
     timed = interleaved_seconds(fns, repeats, warmup=1)
-    return {"seconds": timed["wall"], "cpu_seconds": timed["cpu"], **tiles_report()}
+    return {"seconds": timed["wall"], "cpu_seconds": timed["cpu"], **kernels_report()}
 
 
 def bench_attention(quick: bool) -> list[str]:
     """The attention lines: throughput against the floor and SDPA, and peak memory against draw-then-SDPA."""
-    from ..autotune import describe_tiles
+    from ..autotune import describe_kernels
 
     L = 200_000 if quick else 1_000_000
     D, Q, reps = 6, 64, 3 if quick else 7
@@ -112,7 +112,7 @@ def bench_attention(quick: bool) -> list[str]:
         f"# streaming finite-prompt attention, L={L:.0e}, D={D}, {Q} queries, float64, 1 thread, "
         f"median CPU time of {reps} interleaved rounds (wall: ours {wall['attention']:.3f} s, "
         f"floor {wall['floor']:.3f} s, SDPA {wall['sdpa']:.3f} s)",
-        "  " + describe_tiles(timed, Q),  # the tile the pipeline would use here: same per-machine cache
+        "  " + describe_kernels(timed, Q),  # the kernel the pipeline would use here: same per-machine cache
         line("attention throughput (tokens·queries/s)", ours, "tok·q/s", "two-pass BLAS floor", rate["floor"],
              ours / rate["floor"], ">=0.5"),
         line("attention throughput (tokens·queries/s)", ours, "tok·q/s", "torch SDPA", rate["sdpa"], ours / rate["sdpa"],
