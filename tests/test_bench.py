@@ -55,6 +55,13 @@ def test_linear_fit_never_returns_a_negative_fixed_cost():
         schedule.fit_linear([1.0, 2.0], [1.0])
 
 
+def test_linear_fit_never_predicts_a_negative_cost():
+    """A slice that took less time at more work (noise, a first run that tuned a kernel) gives no falling line."""
+    a, b = schedule.fit_linear([1.0, 3.0], [4.0, 2.0])
+    assert (a, b) == (3.0, 0.0) and schedule.predict_linear((a, b), 1e6) == 3.0
+    assert schedule.fit_linear([1.0], [-2.0]) == (0.0, 0.0)
+
+
 def test_longest_job_first_on_two_cores():
     jobs = [Job(f"j{i}", "s", t) for i, t in enumerate([3.0, 3.0, 2.0, 2.0, 2.0])]
     assert schedule.schedule(jobs, 2) == 7.0  # LPT: {3, 2, 2} and {3, 2}

@@ -79,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--paper-memory", action="store_true",
                         help="peak RSS of the stages whose memory grows with config/paper.yaml, at full size")
     parser.add_argument("--validate", action="store_true",
-                        help="with --paper: also run full_model_flow at paper scale and compare with its prediction")
+                        help="with --paper: also run full_model_flow and one training job (L = 100, ≈ 5 min) "
+                             "at paper scale and compare them with their predictions")
     for hidden, kind, default in (("--worker", str, None), ("--prompt-length", int, 0), ("--dim", int, 6),
                                   ("--queries", int, 64), ("--repeats", int, 5), ("--extra", str, "{}")):
         parser.add_argument(hidden, type=kind, default=default, help=argparse.SUPPRESS)

@@ -27,10 +27,15 @@ def with_values(config: dict, **dotted) -> dict:
     return out
 
 
+SLICE_PEAKS: dict[str, float] = {}  # rule → the largest peak RSS (MB) of its timed slices in this process
+
+
 def timed(rule: str, params: dict, folder: Path, inputs: dict | None = None) -> dict:
-    """{"cpu": seconds, "rss_mb": peak} of one ``stage_run`` worker."""
+    """{"cpu": seconds, "rss_mb": peak} of one ``stage_run`` worker; the peak is also kept in SLICE_PEAKS."""
     folder.mkdir(parents=True, exist_ok=True)
-    return run_worker("stage_run", rule=rule, inputs=inputs or {}, folder=str(folder), params=params)
+    out = run_worker("stage_run", rule=rule, inputs=inputs or {}, folder=str(folder), params=params)
+    SLICE_PEAKS[rule] = max(SLICE_PEAKS.get(rule, 0.0), float(out["rss_mb"]))
+    return out
 
 
 def prepared(kind: str, folder: Path, **spec) -> dict:
@@ -38,7 +43,12 @@ def prepared(kind: str, folder: Path, **spec) -> dict:
 
 
 def _sliced(rule, config, folder, sizes, settings, inputs=None):
-    """Fit of the stage's CPU seconds against the work sizes; ``settings(w)`` gives the dotted overrides at w."""
+    """Fit of the stage's CPU seconds against the work sizes; ``settings(w)`` gives the dotted overrides at w.
+
+    The smallest slice runs once untimed first: a stage's first run on a machine may tune its attention kernel
+    (largeprompt.autotune), which would inflate the small slice and flatten the fitted slope.
+    """
+    timed(rule, with_values(config, **settings(min(sizes))), folder / f"{rule}_warmup", inputs)
     runs = [timed(rule, with_values(config, **settings(w)), folder / f"{rule}_{w}", inputs) for w in sizes]
     return fit_linear(sizes, [r["cpu"] for r in runs]), runs
 
@@ -53,59 +63,68 @@ def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
 
 
 def concentration(config, folder, quick) -> tuple[list[Job], str]:
-    """simulate_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates."""
+    """simulate_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates.
+
+    Each measure is timed on one block of repetitions (the config's repetition_block) to L_max/4 and to the
+    paper's L_max: a job repeats that block, so its cost is extrapolated in repetitions only, and the larger
+    slice's peak RSS is the job's (``--quick``: L_max/64 and L_max/16).
+    """
     b = config["bounds"]
-    log2 = [11, 13] if quick else [13, 15]
-    work = [250 * 2**k for k in log2]
+    block, top = b["repetition_block"], b["log2_max_prompt_length"] - (4 if quick else 0)
+    log2 = [top - 2, top]
+    work = [block * 2**k for k in log2]
     paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
     jobs = []
     for measure in b["measures"]:
-        cfg = with_values(config, measure=measure, c=1.0, bounds__n_repetitions=250, bounds__repetition_block=250)
+        cfg = with_values(config, measure=measure, c=1.0, bounds__n_repetitions=block)
         fit, _ = _sliced("simulate_errors", cfg, folder / measure, work,
-                         lambda w: {"bounds__log2_max_prompt_length": (w // 250).bit_length() - 1})
+                         lambda w: {"bounds__log2_max_prompt_length": (w // block).bit_length() - 1})
         jobs += [Job(f"simulate_errors {measure} c={c:g}", "simulate_errors", predict_linear(fit, paper_work))
                  for c in b["c_values"]]
     collect, rates = _error_tables(config, folder, quick)
     jobs += [Job("collect_errors", "collect_errors", collect, ("simulate_errors",)),
              Job("estimate_rates", "estimate_rates", rates, ("collect_errors",))]
-    return jobs, f"simulate_errors: 250 repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
+    return jobs, f"simulate_errors: {block} repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
                  f"{b['log2_max_prompt_length']}; collect_errors {collect:.0f} s, estimate_rates {rates:.0f} s: " \
-                 "synthetic tables of 3 cells"
+                 "synthetic tables of 3 and 6 cells"
 
 
 def _error_tables(config, folder, quick):
-    """collect_errors and estimate_rates on synthetic tables of 3 (measure, c) cells, cost ∝ cells x repetitions."""
+    """collect_errors and estimate_rates on synthetic tables of the paper's repetitions and L grid, for 3 and 6
+    (measure, c) cells (estimate_rates reads one cell at a time: its cost is linear in the cells)."""
     b = config["bounds"]
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
-    cells = [["gaussian", 0.5], ["gaussian", 1.0], [b["measures"][-1], 1.0]]
-    paper_cells = len(b["measures"]) * len(b["c_values"])
-    reps = [50, 150] if quick else [200, 600]
-    collect, rates = [], []
-    for r in reps:
-        jobs = prepared("errors", folder / f"errors_{r}", cells=cells, lengths=lengths, n_repetitions=r)
-        out = folder / f"collect_{r}"
+    every = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
+    reps = b["n_repetitions"] // (10 if quick else 1)
+    collect, rates, sizes = [], [], [3, 6]
+    for n in sizes:
+        jobs = prepared("errors", folder / f"errors_{n}", cells=every[:n], lengths=lengths, n_repetitions=reps)
+        out = folder / f"collect_{n}"
         collect.append(timed("collect_errors", config, out, jobs)["cpu"])
         tables = {k: str(out / f"{k}.parquet") for k in ("output_errors", "gradient_errors")}
-        rates.append(timed("estimate_rates", config, folder / f"rates_{r}", tables)["cpu"])
-    work, paper_work = [len(cells) * r for r in reps], paper_cells * b["n_repetitions"]
-    return predict_linear(fit_linear(work, collect), paper_work), predict_linear(fit_linear(work, rates), paper_work)
+        rates.append(timed("estimate_rates", config, folder / f"rates_{n}", tables)["cpu"])
+    scale = b["n_repetitions"] / reps
+    return (scale * predict_linear(fit_linear(sizes, collect), len(every)),
+            scale * predict_linear(fit_linear(sizes, rates), len(every)))
 
 
 def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
+    """One block of repetitions to L_max/4 and to the paper's L_max, as in :func:`concentration`."""
     f = config["bounds"]["fixed_query"]
-    log2 = [11, 13] if quick else [13, 15]
-    cfg = with_values(config, bounds__fixed_query__n_repetitions=500, bounds__fixed_query__repetition_block=500)
-    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, [500 * 2**k for k in log2],
-                     lambda w: {"bounds__fixed_query__log2_max_prompt_length": (w // 500).bit_length() - 1})
+    block, top = f["repetition_block"], f["log2_max_prompt_length"] - (4 if quick else 0)
+    log2 = [top - 2, top]
+    cfg = with_values(config, bounds__fixed_query__n_repetitions=block)
+    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, [block * 2**k for k in log2],
+                     lambda w: {"bounds__fixed_query__log2_max_prompt_length": (w // block).bit_length() - 1})
     work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
     return [Job("simulate_fixed_query_bounds", "fixed_query_bounds", predict_linear(fit, work))], \
-        f"500 repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
+        f"{block} repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
 
 
 def flow_fit(config, folder, quick):
     """full_model_flow's CPU seconds against the horizon T, with flow points ∝ T (the ODE and one Hessian per point)."""
     horizon, points = config["train"]["horizon"], config["infinite"]["flow_points"]
-    fractions = [1 / 60, 1 / 30] if quick else [1 / 30, 1 / 15]
+    fractions = [1 / 16, 1 / 8] if quick else [1 / 4, 1 / 2]  # adaptive ODE steps: its cost is not linear in T
     sizes = [horizon * x for x in fractions]
     cfg = with_values(config, run_seed=config["train"]["seeds"][0])
     fit, _ = _sliced("full_model_flow", cfg, folder, sizes,

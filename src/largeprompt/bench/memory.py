@@ -91,6 +91,9 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
 
     b, out = config["bounds"], []
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
+    out.append(_simulate_errors_table(config, folder / "s", len(lengths)))
+    out.append((f"simulate_affine_limit (n_prompts {config['affine_limit']['n_prompts']})",
+                timed("simulate_affine_limit", config, folder / "a", prepared("queries", folder / "q", params=config))))
     cells = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
     jobs = prepared("errors", folder / "errors", cells=cells, lengths=lengths, n_repetitions=b["n_repetitions"])
     rows = len(cells) * len(lengths) * b["n_repetitions"]
@@ -114,9 +117,29 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     return out
 
 
+SHORT_PROMPT_LOG2 = 13  # simulate_errors at the paper's table size on prompts of 2^13 tokens (one streamed chunk)
+
+
+def _simulate_errors_table(config: dict, folder: Path, n_lengths: int) -> tuple[str, dict]:
+    """simulate_errors with the paper's repetitions, block and chunk, its L grid as many points as the paper's
+    (a denser grid to 2^13): the result table of the paper's size, at 1/128 of the streaming (measured
+    separately at paper size by the slices of ``--paper``)."""
+    from ..stages.concentration import prompt_length_grid
+    from .costs import timed, with_values
+
+    b, ppo = config["bounds"], config["bounds"]["points_per_octave"]
+    while len(prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)) < n_lengths:
+        ppo += 1
+    cfg = with_values(config, measure=b["measures"][0], c=1.0, bounds__log2_max_prompt_length=SHORT_PROMPT_LOG2,
+                      bounds__points_per_octave=ppo)
+    rows = b["n_repetitions"] * len(prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo))
+    return f"simulate_errors ({rows / 1e6:.2f}M rows, L to 2^{SHORT_PROMPT_LOG2})", timed("simulate_errors", cfg, folder)
+
+
 def bench_paper_memory() -> list[str]:
-    """Peak RSS of collect_errors, estimate_rates (synthetic error tables of the paper's size), the test set's
-    stages and a training job's reading of it, each run at full config/paper.yaml size in its own process."""
+    """Peak RSS of simulate_errors (the paper's table size), simulate_affine_limit, collect_errors, estimate_rates
+    (synthetic error tables of the paper's size), the test set's stages, a training job's reading of it and
+    training jobs cut to 2 steps, each at full config/paper.yaml size in its own process."""
     from .paper import paper_config
 
     with tempfile.TemporaryDirectory() as tmp:

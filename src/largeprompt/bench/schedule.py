@@ -8,7 +8,8 @@ import numpy as np
 
 
 def fit_linear(units, seconds) -> tuple[float, float]:
-    """(a, b) of the least-squares line seconds ≈ a + b·units (a ≥ 0: a negative intercept is noise, refitted through 0).
+    """(a, b) of the least-squares line seconds ≈ a + b·units, both ≥ 0: a negative intercept is noise (refitted
+    through 0), and so is a negative slope (the cost does not fall with the work: its mean, as a constant).
 
     With a single point, the line through the origin.
     """
@@ -17,9 +18,11 @@ def fit_linear(units, seconds) -> tuple[float, float]:
         raise ValueError("fit_linear needs as many costs as work sizes, at least one")
     if x.size > 1 and np.ptp(x) > 0:
         b, a = np.polyfit(x, y, 1)
+        if b < 0:
+            return float(max(0.0, y.mean())), 0.0
         if a >= 0:
             return float(a), float(b)
-    return 0.0, float((x @ y) / (x @ x))
+    return 0.0, float(max(0.0, (x @ y) / (x @ x)))
 
 
 def predict_linear(fit: tuple[float, float], units) -> float:

@@ -30,6 +30,7 @@ STAGES = {  # rule → (module, function, output names)
     "full_model_flow": ("largeprompt.stages.infinite", "full_model_flow", ["flow"]),
     "balanced_flow": ("largeprompt.stages.infinite", "balanced_flow", ["flow"]),
     "reduced_model": ("largeprompt.stages.infinite", "reduced_model", ["result"]),
+    "train": ("largeprompt.stages.train", "train", ["trajectories"]),
     "load_test_set": ("largeprompt.bench.slices", "load_test_set", []),  # what every training job reads first
     "plot_affine_limit": ("largeprompt.plots.affine_limit", "plot_affine_limit", ["pdf", "png"]),
 }
