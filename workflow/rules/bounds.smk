@@ -12,7 +12,7 @@ rule simulate_fixed_query_bounds:
     threads: config["threads_per_job"]
     resources:
         **gpu_request(),
-        mem_mb=1500,
+        mem_mb=2200,  # measured: 1.4 GB peak, one block at paper size (L 2^18) x 1.5
         runtime=60,
     params:
         **code("simulate_fixed_query_bounds.py"),

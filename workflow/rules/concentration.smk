@@ -16,7 +16,7 @@ rule simulate_errors:
     threads: config["threads_per_job"]
     resources:
         **gpu_request(),
-        mem_mb=1700,  # measured: 1.1 GB peak (default run) x 1.5
+        mem_mb=2000,  # measured: 1.3 GB peak, one block at paper size (L 2^20) x 1.5
         runtime=60,
     params:
         **code("simulate_errors.py"),
@@ -49,7 +49,7 @@ rule collect_errors:
         ENV
     threads: 1
     resources:
-        mem_mb=4000,  # 0.5 GB measured (default run); paper size not yet measured
+        mem_mb=1100,  # measured: 0.7 GB peak at paper size (18M rows) x 1.5
         runtime=10,
     params:
         **code("collect_errors.py"),
@@ -69,7 +69,7 @@ rule estimate_rates:
         ENV
     threads: 1
     resources:
-        mem_mb=12000,  # over 6.8 GB at paper size (18M rows), measured part-way
+        mem_mb=1900,  # measured: 1.2 GB peak at paper size (18M rows) x 1.5
         runtime=20,
     params:
         **code("estimate_rates.py"),

@@ -44,7 +44,7 @@ rule summarize_training:
         ENV
     threads: 1
     resources:
-        mem_mb=2000,
+        mem_mb=700,  # measured: 0.4 GB peak (default run) x 1.5
         runtime=5,
     params:
         **code("summarize_training.py"),
