@@ -27,21 +27,18 @@ Streaming chunk sizes are not tuned: a streamed prompt's chunk size fixes its ra
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
+from .kernel_cache import CACHE_FORMAT, cache_file, locked, read_cache, write_cache  # noqa: F401 (re-exported)
 from .tilted_moments import AttentionKernel, TiltedMoments
 
 ENV_KERNEL = "LARGEPROMPT_ATTENTION_KERNEL"
-CACHE_FORMAT = 2
 KERNEL_REVISION = 4  # bump when TiltedMoments' hot loop changes: kernels tuned for an older loop are then retuned
 DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
 TOKEN_MAJOR_MIN_QUERIES = 16  # the untuned default storage order: token-major from this many queries per prompt
@@ -51,11 +48,6 @@ FALLBACK_CACHES = {2: 512 << 10, 3: 8 << 20}  # bytes, where /sys does not say
 
 _chosen: dict[str, AttentionKernel] = {}  # regime key → the kernel used by this process
 _sources: dict[str, str] = {}  # regime key → "env" | "cache" | "tuned" | "default"
-
-
-def cache_file() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "largeprompt" / "attention_kernels.json"
 
 
 def cpu_model() -> str:
@@ -167,34 +159,6 @@ def time_candidates(kernels, queries, prompts, dim, second_moment, dtype, rounds
     return best
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive advisory lock on ``path`` (a no-op where fcntl does not exist)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX
-            yield
-            return
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def read_cache(path: Path | None = None) -> dict:
-    """The cache's {machine key: {regime key: entry}}; {} if missing or corrupt."""
-    try:
-        data = json.loads((path or cache_file()).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("machines"), dict):
-        return {}
-    return {m: e for m, e in data["machines"].items() if isinstance(e, dict)}
-
-
 def _cached_kernel(machines: dict, machine: str, regime: str) -> AttentionKernel | None:
     entry = machines.get(machine, {}).get(regime)
     text = entry.get("kernel") if isinstance(entry, dict) else None
@@ -206,33 +170,19 @@ def _cached_kernel(machines: dict, machine: str, regime: str) -> AttentionKernel
         return None
 
 
-def _write_cache(path: Path, machines: dict) -> None:
-    """Replace the cache file atomically (temporary file in the same folder, fsync, rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"format": CACHE_FORMAT, "machines": machines}, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _kernel_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime) -> tuple[AttentionKernel, str]:
     path, machine = cache_file(), machine_key()
     kernel = _cached_kernel(read_cache(path), machine, regime)
     if kernel is not None:
         return kernel, "cache"
-    with _locked(path.with_name(path.name + ".lock")):
+    with locked(path.with_name(path.name + ".lock")):
         machines = read_cache(path)  # another job may have tuned while we waited for the lock
         kernel = _cached_kernel(machines, machine, regime)
         if kernel is not None:
             return kernel, "cache"
         kernel, seconds = tune(queries, prompts, dim, second_moment, dtype)
         machines.setdefault(machine, {})[regime] = {"kernel": str(kernel), "seconds": {str(k): s for k, s in seconds.items()}}
-        _write_cache(path, machines)
+        write_cache(path, machines)
         return kernel, "tuned"
 
 

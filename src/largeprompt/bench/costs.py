@@ -62,6 +62,16 @@ def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
         f"n_prompts {sizes} → {n}"
 
 
+def _block_slices(section: dict, prefix: str, quick: bool):
+    """Slices of a streamed stage (config section ``section`` at dotted ``prefix``): one block of repetitions to
+    L_max/4 and to L_max (``quick``: L_max/64 and L_max/16). Returns (block, [log₂ L_max], work sizes
+    (repetitions x L_max), settings(work) for :func:`_sliced`)."""
+    block, top = section["repetition_block"], section["log2_max_prompt_length"] - (4 if quick else 0)
+    log2 = [top - 2, top]
+    return block, log2, [block * 2**k for k in log2], \
+        lambda w: {f"{prefix}__log2_max_prompt_length": (w // block).bit_length() - 1}
+
+
 def concentration(config, folder, quick) -> tuple[list[Job], str]:
     """simulate_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates.
 
@@ -70,15 +80,12 @@ def concentration(config, folder, quick) -> tuple[list[Job], str]:
     slice's peak RSS is the job's (``--quick``: L_max/64 and L_max/16).
     """
     b = config["bounds"]
-    block, top = b["repetition_block"], b["log2_max_prompt_length"] - (4 if quick else 0)
-    log2 = [top - 2, top]
-    work = [block * 2**k for k in log2]
+    block, log2, work, settings = _block_slices(b, "bounds", quick)
     paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
     jobs = []
     for measure in b["measures"]:
         cfg = with_values(config, measure=measure, c=1.0, bounds__n_repetitions=block)
-        fit, _ = _sliced("simulate_errors", cfg, folder / measure, work,
-                         lambda w: {"bounds__log2_max_prompt_length": (w // block).bit_length() - 1})
+        fit, _ = _sliced("simulate_errors", cfg, folder / measure, work, settings)
         jobs += [Job(f"simulate_errors {measure} c={c:g}", "simulate_errors", predict_linear(fit, paper_work))
                  for c in b["c_values"]]
     collect, rates = _error_tables(config, folder, quick)
@@ -111,11 +118,9 @@ def _error_tables(config, folder, quick):
 def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
     """One block of repetitions to L_max/4 and to the paper's L_max, as in :func:`concentration`."""
     f = config["bounds"]["fixed_query"]
-    block, top = f["repetition_block"], f["log2_max_prompt_length"] - (4 if quick else 0)
-    log2 = [top - 2, top]
+    block, log2, work_sizes, settings = _block_slices(f, "bounds__fixed_query", quick)
     cfg = with_values(config, bounds__fixed_query__n_repetitions=block)
-    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, [block * 2**k for k in log2],
-                     lambda w: {"bounds__fixed_query__log2_max_prompt_length": (w // block).bit_length() - 1})
+    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, work_sizes, settings)
     work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
     return [Job("simulate_fixed_query_bounds", "fixed_query_bounds", predict_linear(fit, work))], \
         f"{block} repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"

@@ -130,11 +130,12 @@ def _simulate_errors_table(config: dict, folder: Path, n_lengths: int) -> tuple[
     from .costs import timed, with_values
 
     b, ppo = config["bounds"], config["bounds"]["points_per_octave"]
-    while len(prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)) < n_lengths:
+    grid = lambda ppo: prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)  # noqa: E731
+    while len(grid(ppo)) < n_lengths:
         ppo += 1
     cfg = with_values(config, measure=b["measures"][0], c=1.0, bounds__log2_max_prompt_length=SHORT_PROMPT_LOG2,
                       bounds__points_per_octave=ppo)
-    rows = b["n_repetitions"] * len(prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo))
+    rows = b["n_repetitions"] * len(grid(ppo))
     return f"simulate_errors ({rows / 1e6:.2f}M rows, L to 2^{SHORT_PROMPT_LOG2})", timed("simulate_errors", cfg, folder)
 
 

@@ -1,0 +1,62 @@
+"""The per-machine cache file of :mod:`largeprompt.autotune`: its path, an exclusive lock, and atomic reads and writes.
+
+``$XDG_CACHE_HOME/largeprompt/attention_kernels.json`` (``~/.cache/largeprompt``) holds
+``{"format": CACHE_FORMAT, "machines": {machine key: {regime key: entry}}}``; a file of another format,
+or one that does not parse, reads as empty and is rewritten.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+CACHE_FORMAT = 2
+
+
+def cache_file() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "largeprompt" / "attention_kernels.json"
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive advisory lock on ``path`` (a no-op where fcntl does not exist)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            yield
+            return
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_cache(path: Path | None = None) -> dict:
+    """The cache's {machine key: {regime key: entry}}; {} if missing or corrupt."""
+    try:
+        data = json.loads((path or cache_file()).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("machines"), dict):
+        return {}
+    return {m: e for m, e in data["machines"].items() if isinstance(e, dict)}
+
+
+def write_cache(path: Path, machines: dict) -> None:
+    """Replace the cache file atomically (temporary file in the same folder, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"format": CACHE_FORMAT, "machines": machines}, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
