@@ -15,7 +15,8 @@
 # default 16800: MariaDB +6, slurmctld +17, slurmd +18, slurmdbd +19) and pid files under run/. The one
 # thing outside it is /etc/slurm/slurm.conf, a symlink to its slurm.conf (srun inside jobs needs it; see
 # link_default_config); /etc/munge and a system MariaDB are never touched. Idempotent: a daemon whose pid
-# file names a live process of that name started for this directory is left alone. Clients need
+# file names a live process of that name started for this directory is left alone. A start that fails (or is
+# interrupted) stops the daemons it launched and names the daemon that failed and its log. Clients need
 # `export SLURM_CONF=$LARGEPROMPT_SLURM_DIR/etc/slurm.conf` (printed at the end). Jobs run as root
 # (SlurmUser=root); the partition is `cpu`, the account `largeprompt`.
 set -euo pipefail
@@ -26,9 +27,10 @@ CLUSTER=largeprompt
 ACCOUNT=largeprompt
 PARTITION=cpu
 PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
-BINARIES=(/usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/sbin/munged /usr/sbin/mariadbd
+BINARIES=(/usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/sbin/munged /usr/bin/munge /usr/sbin/mariadbd
     /usr/bin/mariadb-install-db /usr/bin/sbatch /usr/bin/sacct /usr/bin/sacctmgr)
 export SLURM_CONF=$BASE/etc/slurm.conf
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 say() { echo "start-slurm: $*"; }
 die() {
@@ -61,13 +63,64 @@ install_packages() {
     fi
 }
 
-# alive <name>: run/<name>.pid names a live <name> that this script started for $BASE (the pid's command
-# name and its SLURM_CONF are checked, so a recycled pid is never taken for ours).
-alive() {
+# --- processes -----------------------------------------------------------------------------------------
+# A daemon is launched as `setsid <daemon> &`: between the fork and the exec, the pid in run/<name>.pid is
+# still a bash subshell or setsid, not yet <name>. On a loaded machine that lasts long enough for a check of
+# the command name alone to call a daemon dead that comes up a moment later, so the daemons launched by this
+# invocation count as alive by pid liveness until they have exec'd (or EXEC_GRACE s have passed).
+EXEC_GRACE=30
+declare -A LAUNCHED_PID=() LAUNCHED_AT=() # daemon name -> its pid, and $SECONDS when it was launched
+LAUNCHED=()                               # the daemons this invocation launched, in launch order
+
+comm_of() { # comm_of <pid>: the process's command name ("" when there is no such process)
+    local comm=""
+    { read -r comm <"/proc/$1/comm"; } 2>/dev/null || true
+    echo "$comm"
+}
+
+# running <pid>: the process exists and has not exited. kill -0 also succeeds for a zombie (exited, not yet
+# reaped), so its state is checked too.
+running() {
+    local stat
+    kill -0 "$1" 2>/dev/null || return 1
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    stat=${stat##*") "} # the fields after "(comm)"; the first is the state
+    [[ ${stat:0:1} != [ZX] ]]
+}
+
+# our_daemon <name> <pid>: <pid> runs <name> and was started for $BASE. Its SLURM_CONF (exported above,
+# so every daemon inherits it) is checked, so a recycled pid is never taken for ours.
+our_daemon() {
+    running "$2" && [[ $(comm_of "$2") == "$1" ]] || return 1
+    grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$2/environ" 2>/dev/null
+}
+
+recorded_pid() { # recorded_pid <name>: the pid in run/<name>.pid
     local pid
-    pid=$(cat "$BASE/run/$1.pid" 2>/dev/null) || return 1
-    [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF"
+    pid=$(cat "$BASE/run/$1.pid" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] && echo "$pid"
+}
+
+# alive <name>: run/<name>.pid names a live <name> of this cluster, or one this invocation launched that is
+# still exec'ing.
+alive() {
+    local name=$1 pid
+    pid=$(recorded_pid "$name") || return 1
+    if [[ ${LAUNCHED_PID[$name]:-} == "$pid" && $(comm_of "$pid") != "$name" ]] &&
+        ((SECONDS - LAUNCHED_AT[$name] < EXEC_GRACE)); then
+        running "$pid" # our own child, not yet exec'd: only its liveness tells
+        return
+    fi
+    our_daemon "$name" "$pid"
+}
+
+# remove_stale <name>: the pid file and socket a killed earlier instance may have left (stop-slurm.sh removes
+# them, a SIGKILL or a reboot does not), so that none of them is taken for the new daemon's.
+remove_stale() {
+    rm -f "$BASE/run/$1.daemon.pid"
+    case $1 in
+    munged) rm -f "$BASE/run/munge.socket" "$BASE/run/munge.socket.lock" ;;
+    mariadbd) rm -f "$BASE/run/mysqld.sock" "$BASE/run/mysqld.sock.lock" ;;
+    esac
 }
 
 # Start "$@" detached, in the foreground mode of the daemon, and record its pid in run/<name>.pid.
@@ -75,24 +128,57 @@ launch() {
     local name=$1
     shift
     if alive "$name"; then
-        say "$name already running (pid $(cat "$BASE/run/$name.pid"))"
+        say "$name already running (pid $(recorded_pid "$name"))"
         return 0
     fi
+    remove_stale "$name"
     setsid "$@" </dev/null >>"$BASE/log/$name.out" 2>&1 &
+    LAUNCHED_PID[$name]=$! LAUNCHED_AT[$name]=$SECONDS
+    LAUNCHED+=("$name")
     echo $! >"$BASE/run/$name.pid"
     say "started $name (pid $!)"
 }
 
-wait_for() { # wait_for <daemon> <seconds> <readiness command...>
-    local name=$1 deadline=$((SECONDS + $2))
+# failed <name> <what>: show the end of the daemon's logs and fail, naming the daemon and its logs (the EXIT
+# trap then stops what this invocation started).
+failed() {
+    local name=$1 log logs=()
+    for log in "$BASE/log/$name.log" "$BASE/log/$name.out"; do
+        [[ -e $log ]] || continue
+        logs+=("$log")
+        [[ -s $log ]] && { echo "--- end of $log:" && tail -n 10 "$log"; } >&2
+    done
+    local IFS=,
+    die "$name $2; its logs: ${logs[*]:-none written}"
+}
+
+# wait_for <daemon> <seconds> <readiness command...>: until the command succeeds. Fails as soon as the
+# daemon has exited, or when the deadline has passed (generous: on a loaded 2-core machine MariaDB's first
+# start and slurmdbd's table creation take tens of seconds).
+wait_for() {
+    local name=$1 limit=$2 deadline=$((SECONDS + $2))
     shift 2
-    while ((SECONDS < deadline)); do
-        "$@" >/dev/null 2>&1 && return 0
-        alive "$name" || break
+    until "$@" >/dev/null 2>&1; do
+        alive "$name" || failed "$name" "exited before it was ready"
+        ((SECONDS < deadline)) || failed "$name" "not ready after $limit s"
         sleep 0.5
     done
-    tail -n 5 "$BASE/log/$name".* >&2 || true
-    die "$name not ready; logs in $BASE/log"
+}
+
+# A failed or interrupted start stops the daemons it launched (newest first, through stop-slurm.sh, which
+# also removes their sockets and pid files and the /etc/slurm/slurm.conf symlink), so no half-started
+# cluster is left behind. Daemons that were already running before it are left alone.
+on_exit() {
+    local rc=$? name pid
+    trap - EXIT
+    ((rc != 0)) || return 0
+    say "start failed: stopping what it started (${LAUNCHED[*]:-nothing})" >&2
+    for name in "${LAUNCHED[@]}"; do # one still exec'ing is no <name> yet for stop-slurm.sh: kill it here
+        pid=${LAUNCHED_PID[$name]}
+        if running "$pid" && [[ $(comm_of "$pid") != "$name" ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+    done
+    LARGEPROMPT_SLURM_DIR=$BASE bash "$HERE/stop-slurm.sh" --only "${LAUNCHED[@]}" >&2 || true
+    exit "$rc"
 }
 
 write_configs() {
@@ -174,7 +260,7 @@ link_default_config() {
     ln -s "$SLURM_CONF" "$default"
 }
 
-sql() { /usr/bin/mariadb --no-defaults -S "$BASE/run/mysqld.sock" -uroot -e "$1"; }
+sql() { /usr/bin/mariadb --no-defaults --connect-timeout=10 -S "$BASE/run/mysqld.sock" -uroot -e "$1"; }
 
 start_database() {
     if [[ ! -d $BASE/mysql/mysql ]]; then
@@ -185,7 +271,7 @@ start_database() {
         --socket="$BASE/run/mysqld.sock" --port=$((PORT + 6)) --bind-address=127.0.0.1 --skip-name-resolve \
         --pid-file="$BASE/run/mariadbd.daemon.pid" --log-error="$BASE/log/mariadbd.log" \
         --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900 --skip-log-bin
-    wait_for mariadbd 60 sql "SELECT 1"
+    wait_for mariadbd 300 sql "SELECT 1"
     local pass
     pass=$(sed -n 's/^StoragePass=//p' "$BASE/etc/slurmdbd.conf")
     sql "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
@@ -207,10 +293,31 @@ register_accounts() {
 
 node_idle() { [[ $(/usr/bin/sinfo -h -n localhost -o %t 2>/dev/null) == idle ]]; }
 
+# ReturnToService=2 should make the node idle once slurmd has registered; resume it once if it is not.
+wait_node_idle() {
+    local deadline=$((SECONDS + 180)) resume_at=$((SECONDS + 20))
+    until node_idle; do
+        alive slurmd || failed slurmd "exited before node localhost was idle"
+        alive slurmctld || failed slurmctld "exited before node localhost was idle"
+        ((SECONDS < deadline)) || failed slurmd "started, but node localhost is not idle after 180 s: $(/usr/bin/sinfo -h -N -o '%N %t %E' 2>&1)"
+        if ((resume_at && SECONDS >= resume_at)); then
+            /usr/bin/scontrol update nodename=localhost state=resume 2>/dev/null || true
+            resume_at=0
+        fi
+        sleep 0.5
+    done
+}
+
+munge_ready() { /usr/bin/munge -n --socket="$BASE/run/munge.socket" >/dev/null; }
+
 main() {
     install_packages
     [[ ${1:-} == --install-only ]] && return 0
     [[ $(id -u) == 0 ]] || die "run as root (the daemons run as root and jobs run as root)"
+    trap on_exit EXIT
+    trap 'exit 129' HUP # a signal ends the script through on_exit too
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     mkdir -p "$BASE"/{etc,run,log,state,spool,mysql}
     chmod 755 "$BASE" "$BASE"/{etc,run,log,state,spool}
     if ! alive slurmctld && ! alive slurmdbd; then write_configs; fi
@@ -221,23 +328,17 @@ main() {
     launch munged /usr/sbin/munged --foreground --force --socket="$BASE/run/munge.socket" \
         --key-file="$BASE/etc/munge.key" --pid-file="$BASE/run/munged.daemon.pid" \
         --log-file="$BASE/log/munged.log" --seed-file="$BASE/run/munged.seed"
-    wait_for munged 20 test -S "$BASE/run/munge.socket"
+    wait_for munged 60 munge_ready
 
     start_database
     launch slurmdbd /usr/sbin/slurmdbd -D # reads slurmdbd.conf next to $SLURM_CONF
-    wait_for slurmdbd 60 /usr/bin/sacctmgr -n list cluster
+    wait_for slurmdbd 180 /usr/bin/sacctmgr -n list cluster
     register_accounts
 
     launch slurmctld /usr/sbin/slurmctld -D -f "$SLURM_CONF"
-    wait_for slurmctld 60 /usr/bin/scontrol ping
+    wait_for slurmctld 180 /usr/bin/scontrol ping
     launch slurmd /usr/sbin/slurmd -D -N localhost -f "$SLURM_CONF"
-    local i
-    for ((i = 0; i < 120; i++)); do # ReturnToService=2 should make it idle; resume it once if it is not
-        node_idle && break
-        ((i != 40)) || /usr/bin/scontrol update nodename=localhost state=resume 2>/dev/null || true
-        sleep 0.5
-    done
-    node_idle || die "node localhost is not idle after 60 s: $(/usr/bin/sinfo -h -N -o '%N %t %E' 2>&1); logs in $BASE/log"
+    wait_node_idle
     /usr/bin/sinfo
     say "ready: partition $PARTITION, account $ACCOUNT"
     echo "export SLURM_CONF=$SLURM_CONF"

@@ -1,70 +1,151 @@
 #!/usr/bin/env bash
-# Stop the single-node cluster of workflow/cluster/start-slurm.sh: cancel its jobs, then stop the
-# daemons it started (the pids it recorded under $LARGEPROMPT_SLURM_DIR/run), newest first. Any other
-# slurmctld, slurmd, munged or MariaDB on the machine is left alone.
+# Stop the single-node cluster of workflow/cluster/start-slurm.sh: cancel its jobs, then stop its daemons,
+# newest first, wait until they are really gone and remove their sockets and pid files. Its daemons are the
+# processes named slurmd, slurmctld, slurmdbd, mariadbd or munged whose SLURM_CONF is this cluster's (the
+# start script exports it to all of them); any other slurmctld, slurmd, munged or MariaDB on the machine
+# is left alone.
 #
-#   workflow/cluster/stop-slurm.sh           # stop and remove the /etc/slurm/slurm.conf symlink that
-#                                            # start-slurm.sh made; keep configs, accounting and job history
-#   workflow/cluster/stop-slurm.sh --purge   # the same, then delete $LARGEPROMPT_SLURM_DIR
+#   workflow/cluster/stop-slurm.sh                 # stop and remove the /etc/slurm/slurm.conf symlink that
+#                                                  # start-slurm.sh made; keep configs, accounting and job history
+#   workflow/cluster/stop-slurm.sh --purge         # the same, then delete $LARGEPROMPT_SLURM_DIR
+#   workflow/cluster/stop-slurm.sh --only NAME...  # stop only these daemons (start-slurm.sh after a failed start)
 set -euo pipefail
 
 BASE=${LARGEPROMPT_SLURM_DIR:-/tmp/largeprompt-slurm}
 export SLURM_CONF=$BASE/etc/slurm.conf
+DAEMONS=(slurmd slurmctld slurmdbd mariadbd munged) # stop order: newest first
+TERM_WAIT=60                                        # seconds a daemon gets to shut down before SIGKILL
+KILL_WAIT=15                                        # seconds to wait for it to vanish after SIGKILL
 
 say() { echo "stop-slurm: $*"; }
+warn() { echo "stop-slurm: error: $*" >&2; }
 
-# alive <name>: run/<name>.pid names a live <name> that start-slurm.sh started for $BASE (the pid's command
-# name and its SLURM_CONF are checked, so a recycled pid is never taken for ours).
-alive() {
-    local pid
-    pid=$(cat "$BASE/run/$1.pid" 2>/dev/null) || return 1
-    [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF"
+comm_of() { # comm_of <pid>: the process's command name ("" when there is no such process)
+    local comm=""
+    { read -r comm <"/proc/$1/comm"; } 2>/dev/null || true
+    echo "$comm"
 }
 
-stop() {
-    local name=$1 pid i
-    if ! alive "$name"; then
-        rm -f "$BASE/run/$name.pid"
-        return 0
+# running <pid>: the process exists and has not exited. kill -0 also succeeds for a zombie, which has exited
+# and only waits to be reaped (by the start script while it runs, by init afterwards), so its state is checked.
+running() {
+    local stat
+    kill -0 "$1" 2>/dev/null || return 1
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    stat=${stat##*") "} # the fields after "(comm)"; the first is the state
+    [[ ${stat:0:1} != [ZX] ]]
+}
+
+# our_daemon <name> <pid>: <pid> runs <name> and was started for $BASE (its SLURM_CONF is ours, so a
+# recycled pid, or another cluster's daemon, is never taken for ours).
+our_daemon() {
+    running "$2" && [[ $(comm_of "$2") == "$1" ]] || return 1
+    grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$2/environ" 2>/dev/null
+}
+
+# pids_of <name>: every running <name> of this cluster. All of /proc is searched, not only run/<name>.pid,
+# so a daemon whose pid file was lost (a start interrupted right after the launch) is found too.
+pids_of() {
+    local dir comm
+    for dir in /proc/[0-9]*; do
+        comm=""
+        { read -r comm <"$dir/comm"; } 2>/dev/null || continue # read here, not with comm_of: no fork per process
+        if [[ $comm == "$1" ]] && our_daemon "$1" "${dir#/proc/}"; then echo "${dir#/proc/}"; fi
+    done
+}
+
+wait_gone() { # wait_gone <seconds> <pid>...: until none of the pids runs; fails at the deadline
+    local deadline=$((SECONDS + $1)) pid
+    shift
+    for pid in "$@"; do
+        while running "$pid"; do
+            ((SECONDS < deadline)) || return 1
+            sleep 0.2
+        done
+    done
+}
+
+# remove_files <name>: the daemon's pid files (ours and its own) and sockets, once it is gone.
+remove_files() {
+    rm -f "$BASE/run/$1.pid" "$BASE/run/$1.daemon.pid"
+    case $1 in
+    munged) rm -f "$BASE/run/munge.socket" "$BASE/run/munge.socket.lock" ;;
+    mariadbd) rm -f "$BASE/run/mysqld.sock" "$BASE/run/mysqld.sock.lock" ;;
+    esac
+}
+
+# stop_daemon <name>: SIGTERM, a bounded wait for a clean shutdown (slurmctld saves its state, MariaDB
+# flushes InnoDB), then SIGKILL. Fails only if the daemon cannot be got rid of.
+stop_daemon() {
+    local name=$1 pids
+    mapfile -t pids < <(pids_of "$name")
+    if ((${#pids[@]})); then
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        if wait_gone "$TERM_WAIT" "${pids[@]}"; then
+            say "stopped $name (pid ${pids[*]})"
+        else
+            kill -KILL "${pids[@]}" 2>/dev/null || true
+            wait_gone "$KILL_WAIT" "${pids[@]}" || {
+                warn "$name (pid ${pids[*]}) is still running after SIGKILL"
+                return 1
+            }
+            say "killed $name (pid ${pids[*]}): it did not stop within $TERM_WAIT s of SIGTERM"
+        fi
     fi
-    pid=$(cat "$BASE/run/$name.pid")
-    kill -TERM "$pid"
-    for ((i = 0; i < 60; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
+    remove_files "$name"
+}
+
+# Cancel the cluster's jobs first, so no job step outlives slurmd.
+cancel_jobs() {
+    local jobs i
+    [[ -n $(pids_of slurmctld) ]] || return 0
+    jobs=$(timeout 30 /usr/bin/squeue -h -o %i 2>/dev/null || true)
+    [[ -n $jobs ]] || return 0
+    say "cancelling jobs: $(echo $jobs)"
+    timeout 30 /usr/bin/scancel $jobs || true
+    for ((i = 0; i < 40; i++)); do
+        [[ -z $(timeout 30 /usr/bin/squeue -h -o %i 2>/dev/null) ]] && break
         sleep 0.5
     done
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid"
-        say "killed $name (pid $pid)"
-    else say "stopped $name (pid $pid)"; fi
-    rm -f "$BASE/run/$name.pid"
 }
 
-[[ -d $BASE ]] || {
-    say "nothing to stop ($BASE does not exist)"
-    exit 0
-}
-if alive slurmctld; then
-    jobs=$(/usr/bin/squeue -h -o %i 2>/dev/null || true)
-    if [[ -n $jobs ]]; then
-        say "cancelling jobs: $(echo $jobs)"
-        /usr/bin/scancel $jobs || true
-        for ((i = 0; i < 20; i++)); do
-            [[ -z $(/usr/bin/squeue -h -o %i 2>/dev/null) ]] && break
-            sleep 0.5
-        done
-    fi
-fi
-for name in slurmd slurmctld slurmdbd mariadbd munged; do stop "$name"; done
-# The /etc/slurm/slurm.conf symlink goes too (start-slurm.sh makes it again): with a config that names a
-# controller that is not running, every SLURM client call, and so every `snakemake` start (the SLURM executor
-# plugin runs `scontrol show config` when it is imported), waits 10 s for that controller.
-if [[ -L /etc/slurm/slurm.conf && $(readlink /etc/slurm/slurm.conf) == "$SLURM_CONF" ]]; then
+# The /etc/slurm/slurm.conf symlink goes too once neither slurmctld nor slurmd runs (start-slurm.sh makes
+# it again): with a config that names a controller that is not running, every SLURM client call, and so
+# every `snakemake` start (the SLURM executor plugin runs `scontrol show config` when it is imported),
+# waits 10 s for that controller.
+remove_default_config() {
+    [[ -L /etc/slurm/slurm.conf && $(readlink /etc/slurm/slurm.conf) == "$SLURM_CONF" ]] || return 0
+    [[ -z $(pids_of slurmctld) && -z $(pids_of slurmd) ]] || return 0
     rm -f /etc/slurm/slurm.conf
     say "removed the /etc/slurm/slurm.conf symlink"
-fi
-if [[ ${1:-} == --purge ]]; then
-    rm -rf "$BASE"
-    say "removed $BASE"
-fi
+}
+
+main() {
+    local purge=0 only=0 wanted=() name failed=0
+    case ${1:-} in
+    --purge) purge=1 ;;
+    --only) only=1 wanted=("${@:2}") ;;
+    "") ;;
+    *)
+        warn "usage: stop-slurm.sh [--purge | --only NAME...]"
+        return 2
+        ;;
+    esac
+    if [[ ! -d $BASE ]]; then
+        say "nothing to stop ($BASE does not exist)"
+        return 0
+    fi
+    for name in "${DAEMONS[@]}"; do
+        if ((only)) && [[ " ${wanted[*]} " != *" $name "* ]]; then continue; fi
+        [[ $name != slurmd ]] || cancel_jobs
+        stop_daemon "$name" || failed=1
+    done
+    remove_default_config
+    ((!failed)) || return 1
+    if ((purge)); then
+        rm -rf "$BASE"
+        say "removed $BASE"
+    fi
+}
+
+main "$@"
