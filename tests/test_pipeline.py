@@ -50,7 +50,7 @@ def dry_run(work, *args, config=SMOKE):
 def test_smoke_dag_runs_end_to_end_into_its_own_run(smoke_run):
     work, _, _ = smoke_run
     pdfs = sorted((work / "figures" / "smoke").glob("*.pdf"))
-    assert len(pdfs) == 8
+    assert len(pdfs) == 9
     for pdf in pdfs:
         assert pdf.stat().st_size > 1000 and pdf.with_suffix(".png").exists()
     for log in (work / "logs" / "smoke").rglob("*.log"):

@@ -43,8 +43,11 @@ PRIVATE = re.compile(r"\b[S]PEC\b|\b[T]HEORY\b|\bF[1-9]\b|§[A-Z]")
 RAW_MATH = re.compile(r"[_^]\{|\\[A-Za-z]+|\{\{|\$|(?<![A-Za-z])[A-Za-zα-ωΑ-Ω]_[A-Za-z0-9]")  # T_{μ_L}, \sigma, z_q
 # What the two training figures draw, as their captions must say it (src/largeprompt/plots/*.py).
 DESCRIBES = {
-    "training_vs_prompt_length": ["95% Student-t interval over the ok seeds", "common random numbers", "open triangles",
-                                  "trapped", "Bayes risk", "R(Γ*)", "f(α*)", "L ≥ 200", "escape time", "O(1/L)"],
+    "training_vs_prompt_length": ["95% Student-t interval over the ok runs", "common random numbers", "open triangles",
+                                  "trapped", "no readout", "worse equilibrium", "two modes", "Bayes risk", "R(Γ*)",
+                                  "f(α*)", "L ≥ 200", "escape time", "O(1/L)", "drifting fraction"],
+    "init_dependence": ["Wilson interval", "plateau", "drifts", "converges", "cross-validated accuracy", "majority class",
+                        "at 2T", "escape times"],
     "trajectory_transfer": ["flow", "sharpness", "constant small step", "SGD-noise floor", "two independent batch streams",
                             "above 3× their floor", "reduced (v, A)", "slope −1"],
 }

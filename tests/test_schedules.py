@@ -144,8 +144,11 @@ def test_estimated_steps_bound_the_flow_sharpness_step_count(lr, fraction, growt
     assert estimate <= 2 * len(steps)  # an estimate, not a blanket overshoot
 
 
-def write_flow(path, seed, times, sharpness):
-    frame = pd.DataFrame({"seed": seed, "time": times, "sharpness": sharpness})
+def write_flow(path, seed, times, sharpness, determinant=1.0):
+    """A flow that escapes the plateau at t = T/2 and ends with det(u_y M_x) = ``determinant`` (< 0: it drifts)."""
+    risk = np.where(times < 0.5 * times[-1], 1.1, 0.15)
+    frame = pd.DataFrame({"seed": seed, "time": times, "sharpness": sharpness, "infinite_prompt_risk": risk,
+                          "readout_determinant": determinant})
     write_parquet(frame, path, {"rule": "full_model_flow"})
 
 
@@ -165,7 +168,32 @@ def test_train_stage_warns_about_an_unstable_constant_lr(tmp_path, capsys):
     inputs = {"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "f0.parquet"]}
     train.train(inputs, {"trajectories": tmp_path / "a.parquet"}, params)
     out = capsys.readouterr().out
-    assert "WARNING" in out and "'train.lr'" in out and "unstable for softmax seed=0" in out
+    assert "WARNING" in out and "'train.lr'" in out and "unstable for seed 0" in out
     stable = dict(params, train=dict(run, lr=0.05))  # 0.05·21 = 1.05
     train.train(inputs, {"trajectories": tmp_path / "b.parquet"}, stable)
     assert "WARNING" not in capsys.readouterr().out
+
+
+def test_a_drifting_run_stops_at_the_step_count_of_the_longest_other_run(tmp_path):
+    """Seed 0's flow drifts (its sharpness grows 50-fold): its own stable schedule is cut at the step count of seed 1,
+    whose flow converges (docs/experiments.md#drifting-runs); both stay stable for their own flows."""
+    from largeprompt.stages.train import TrainSettings, load_flows, schedules
+    from largeprompt.training import run_specs
+
+    times = np.linspace(0.0, 10.0, 101)
+    write_flow(tmp_path / "f0.parquet", 0, times, 1.0 + 5.0 * times, determinant=-0.3)
+    write_flow(tmp_path / "f1.parquet", 1, times, np.full_like(times, 2.0), determinant=0.9)
+    flows = load_flows([tmp_path / "f0.parquet", tmp_path / "f1.parquet"], noise_variance=0.1)
+    assert (flows[0].kind, flows[1].kind) == ("drifts", "converges")
+    cfg = TrainSettings(models=["softmax", "linear"], seeds=[0, 1], replicate_seeds=[], batch_size=4, lr=0.25,
+                        step_size_rule="flow_sharpness", stability_fraction=0.8, horizon=10.0, decay_start=1.0,
+                        decay_end=1.0, final_lr=0.25, n_log=4, divergence_threshold=1e4, fatal_divergence=False,
+                        dtype="float64")
+    specs = run_specs(cfg.models, cfg.seeds, cfg.replicate_seeds)
+    sizes = dict(zip([(s.model, s.seed) for s in specs], schedules(cfg, specs, flows)))
+    full = flow_sharpness_schedule(0.25, 10.0, times, 1.0 + 5.0 * times, 0.8)
+    budget = len(sizes[("softmax", 1)])
+    assert len(full) > budget and np.array_equal(sizes[("softmax", 0)], full[:budget])
+    assert np.array_equal(sizes[("softmax", 0)], sizes[("linear", 0)])
+    for seed in (0, 1):
+        assert stability_margin(sizes[("softmax", seed)], flows[seed].times, flows[seed].sharpness) <= 1.6 * (1 + gamma(4))

@@ -11,6 +11,7 @@ from largeprompt import models
 from largeprompt import trainer as trainer_module
 from largeprompt.icl import RegressionTask
 from largeprompt.measures import toeplitz_covariance
+from largeprompt.parquet_io import read_parquet
 from largeprompt.schedules import constant_schedule, flow_sharpness_schedule
 from largeprompt.seeding import stream_generator
 from largeprompt.trainer import PromptLengthTrainer
@@ -304,3 +305,50 @@ def test_fatal_divergence_raises():
     specs, sizes, ts = diverging_setup()
     with pytest.raises(TrainingDiverged, match=r"linear seed=0 L=20: diverged at step \d+.*fatal_divergence"):
         make_trainer(specs, sizes, task=LOUD, threshold=1e3).run(ts, fatal_divergence=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rho", [0.0, 0.5])
+def test_status_follows_the_outcome_on_two_covariances_and_two_horizons(tmp_path, rho):
+    """Real training of seeds 0–5 at L = 20 on Λ_ij = rho^|i−j|, at two horizons (docs/experiments.md#run-status): a run
+    whose own flow converges and escapes within half the horizon is never trapped; every trapped run has its
+    explanation, a drifting flow or no readout of y; a converging seed's status does not change with the horizon; and on
+    the isotropic task (rho = 0), where drifting flows' runs end level with the best, those runs are ok."""
+    from largeprompt.stages import icl_data, infinite, train, training_summary
+
+    icl = {"dim": 5, "covariance_rho": rho, "task_variance": 0.2, "noise_variance": 0.1}
+    seeds, L = list(range(6)), 20
+    icl_data.make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"}, {"seed": 3, "icl": dict(icl, n_test=200),
+                                                                       "max_prompt_length": L})
+    icl_data.bayes_risk({"test_set": tmp_path / "t.parquet"}, {"bayes_risk": tmp_path / "b.parquet"},
+                        {"icl": icl, "train": {"prompt_lengths": [L]}})
+    rule = {"trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1}
+    status = {}
+    for horizon in (100.0, 200.0):
+        folder = tmp_path / f"T{horizon:g}"
+        folder.mkdir()
+        flows = [folder / f"flow{s}.parquet" for s in seeds]
+        for s, path in zip(seeds, flows):
+            infinite.full_model_flow({}, {"flow": path}, {"run_seed": s, "seed": 3, "icl": icl, "train": {"horizon": horizon},
+                                                          "infinite": {"rtol": 1e-9, "atol": 1e-11, "flow_points": 121}})
+        run = {"models": ["softmax", "linear"], "seeds": seeds, "replicate_seeds": [], "batch_size": 128, "lr": 0.25,
+               "step_size_rule": "flow_sharpness", "stability_fraction": 0.8, "horizon": horizon, "decay_start": 0.5,
+               "decay_end": 0.7, "final_lr": 0.03, "n_log": 30, "divergence_threshold": 1e4, "fatal_divergence": False,
+               "dtype": "float32"}
+        train.train({"test_set": tmp_path / "t.parquet", "flows": flows}, {"trajectories": folder / "L.parquet"},
+                    {"prompt_length": L, "checkpoint": str(folder / "ck.pt"), "seed": 3, "icl": icl, "train": run})
+        training_summary.summarize_training(
+            {"trajectories": [folder / "L.parquet"], "flows": flows, "bayes_risk": tmp_path / "b.parquet"},
+            {"runs": folder / "runs.parquet", "prompt_lengths": folder / "table.parquet"},
+            {"icl": icl, "train": dict(rule, convergence_window=0.2, mode_gap_factor=2.0)})
+        runs = read_parquet(folder / "runs.parquet")
+        covered = (runs["flow_class"] == "converges") & (runs["flow_escape_time"] <= horizon / 2)
+        assert covered.any() and (runs.loc[covered, "status"] == "ok").all(), runs[["model", "seed", "status"]]
+        trapped = runs[runs["status"] == "trapped"]
+        assert ((trapped["flow_class"] == "drifts") | (trapped["trap_reason"] == "no readout")).all()
+        if rho == 0.0:
+            assert (runs.loc[runs["flow_class"] == "drifts", "status"] == "ok").any()
+        status[horizon] = runs.set_index(["model", "seed"])[["status", "flow_class"]]
+    both = status[100.0].join(status[200.0], suffixes=("_short", "_long"))
+    steady = both[(both["flow_class_short"] == "converges") & (both["flow_class_long"] == "converges")]
+    assert len(steady) and (steady["status_short"] == steady["status_long"]).all()

@@ -16,32 +16,40 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
 
 from . import models
-from .icl import RegressionTask, infinite_prompt_risk, reduced_infinite_prompt_risk
+from .full_model_risk import full_model_risk
+from .icl import RegressionTask, reduced_infinite_prompt_risk
 from .seeding import stream_generator
 
 
-def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, rtol: float = 1e-9, atol: float = 1e-11):
-    """Integrate θ̇ = −∇R(θ) from θ0 [P] and return θ at ``times`` [T, P] and R there [T].
+def integrate_flow(gradient: Callable, hessian: Callable, theta0, times, rtol: float = 1e-9, atol: float = 1e-11):
+    """Integrate θ̇ = −∇R(θ) from θ0 [P] and return θ at ``times`` [T, P].
 
-    ``risk`` maps a float64 vector θ [P] to a scalar. Autograd gives ∇R and the Jacobian −∇²R; LSODA
-    switches to BDF where the flow turns stiff (slow valley directions next to fast ones), which the
-    long training horizons need. ``rtol``/``atol`` are solve_ivp's local error tolerances.
+    ``gradient`` and ``hessian`` map a float64 vector θ [P] to ∇R [P] and ∇²R [P, P]. LSODA switches to BDF
+    where the flow turns stiff (slow valley directions next to fast ones, the drifting flows of
+    docs/experiments.md#init_dependence), with −∇²R as its Jacobian. ``rtol``/``atol`` are solve_ivp's local
+    error tolerances.
     """
     times = np.asarray(times, dtype=np.float64)
-
-    def rhs(_t, y):
-        theta = torch.tensor(y, dtype=torch.float64, requires_grad=True)
-        (grad,) = torch.autograd.grad(risk(theta), theta)
-        return -grad.numpy()
-
-    def jac(_t, y):  # vectorised: one batched backward pass, not P of them (and no torch._dynamo import)
-        return -torch.autograd.functional.hessian(risk, torch.tensor(y, dtype=torch.float64), vectorize=True).numpy()
-
-    sol = solve_ivp(rhs, (0.0, float(times[-1])), np.asarray(theta0, dtype=np.float64), method="LSODA",
-                    jac=jac, t_eval=times, rtol=rtol, atol=atol)
+    sol = solve_ivp(lambda _t, y: -gradient(y), (0.0, float(times[-1])), np.asarray(theta0, dtype=np.float64),
+                    method="LSODA", jac=lambda _t, y: -hessian(y), t_eval=times, rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"gradient flow failed: {sol.message}")
-    thetas = sol.y.T  # [T, P]
+    return sol.y.T  # [T, P]
+
+
+def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, rtol: float = 1e-9, atol: float = 1e-11):
+    """:func:`integrate_flow` for a torch risk θ [P] → scalar (gradient and Hessian by autograd, float64):
+    θ at ``times`` [T, P] and R there [T]."""
+
+    def gradient(y):
+        theta = torch.tensor(y, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(risk(theta), theta)
+        return grad.numpy()
+
+    def hessian(y):  # vectorised: one batched backward pass, not P of them (and no torch._dynamo import)
+        return torch.autograd.functional.hessian(risk, torch.tensor(y, dtype=torch.float64), vectorize=True).numpy()
+
+    thetas = integrate_flow(gradient, hessian, theta0, times, rtol, atol)
     with torch.no_grad():
         risks = np.array([float(risk(torch.tensor(th))) for th in thetas])
     return thetas, risks
@@ -50,27 +58,18 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
 # --- the §6 Q/K/V/O model --------------------------------------------------------------------------
 
 def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11):
-    """Gradient flow on the closed-form R∞(Q, K, V, O) (docs/theory.md#full-model-infinite-prompt-risk) from ``params0``: (θ [T, P], R∞ [T])."""
-    dim = task.token_dim
-
-    def risk(theta):
-        p = models.unflatten(theta, dim)
-        return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
-
+    """Gradient flow on the closed-form R∞(Q, K, V, O) (docs/theory.md#full-model-infinite-prompt-risk) from
+    ``params0``, with its exact gradient and Hessian (:mod:`largeprompt.full_model_risk`): (θ [T, P], R∞ [T])."""
+    risk = full_model_risk(task)
     theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
-    return gradient_flow(risk, theta0, times, rtol, atol)
+    thetas = integrate_flow(risk.gradient, risk.hessian, theta0, times, rtol, atol)
+    return thetas, risk.value(thetas)
 
 
-def full_model_sharpness(task: RegressionTask, theta) -> float:
-    """Largest eigenvalue of ∇²R∞ at θ [P]: plain SGD with learning rate lr can follow the flow only where it is < 2/lr."""
-    dim = task.token_dim
-
-    def risk(th):
-        p = models.unflatten(th, dim)
-        return infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"])
-
-    hess = torch.autograd.functional.hessian(risk, torch.as_tensor(theta, dtype=torch.float64), vectorize=True)  # [P, P]
-    return float(torch.linalg.eigvalsh(hess)[-1])
+def full_model_sharpness(task: RegressionTask, theta) -> np.ndarray:
+    """Largest eigenvalue of ∇²R∞ at θ [..., P] (docs/theory.md#sgd-stability): plain SGD with learning rate lr
+    can follow the flow only where it is < 2/lr."""
+    return full_model_risk(task).sharpness(np.asarray(theta, dtype=np.float64))
 
 
 # --- R5: the balanced (A, b) flow ------------------------------------------------------------------

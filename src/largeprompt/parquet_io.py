@@ -31,6 +31,8 @@ PRODUCERS = (
     (r"infinite/balanced_flow\.parquet$", "balanced_flow"),
     (r"infinite/reduced_model\.parquet$", "reduced_model"),
     (r"infinite/trajectory_(gaps|slopes)\.parquet$", "trajectory_gap"),
+    (r"init_dependence/flows\.parquet$", "simulate_init_dependence"),
+    (r"init_dependence/(classes|predictors)\.parquet$", "summarize_init_dependence"),
     (r"affine_limit/affine_limit\.parquet$", "simulate_affine_limit"),
     (r"concentration/errors/", "simulate_errors"),
     (r"concentration/(output|gradient)_errors\.parquet$", "collect_errors"),

@@ -191,6 +191,7 @@ class Runtime:
     device: str = "auto"
     threads: int = 1
     checkpoint_every: int = 0
+    status_rule: dict | None = None  # train.trapped_*: how a training job's log names each run (the summary decides)
 
 
 def settings_from(cls, mapping: dict, where: str):

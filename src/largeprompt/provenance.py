@@ -62,7 +62,8 @@ def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_see
     if runtime is not None:
         from .devices import resolve_device
 
-        record["runtime"] = dict(runtime.__dict__, resolved_device=str(resolve_device(runtime.device)))
+        settings = {k: v for k, v in runtime.__dict__.items() if v is not None}
+        record["runtime"] = dict(settings, resolved_device=str(resolve_device(runtime.device)))
     # The attention kernels this process used (they set the round-off; largeprompt.autotune fixes them per
     # machine). Looked up, not imported: a stage that never ran the attention kernel does not depend on it.
     autotune = sys.modules.get("largeprompt.autotune")

@@ -67,10 +67,13 @@ def keep_freed_memory() -> bool:
 def runtime_settings(smk) -> Runtime:
     """The job settings that cannot change a result, read from the config at run time (never params)."""
     config = smk.config
+    train = config.get("train", {})
+    rule = {k: train[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction") if k in train}
     return Runtime(
         device=str(config.get("device", "auto")),
         threads=int(smk.threads),
-        checkpoint_every=int(config.get("train", {}).get("checkpoint_every", 0)),
+        checkpoint_every=int(train.get("checkpoint_every", 0)),
+        status_rule=rule or None,
     )
 
 

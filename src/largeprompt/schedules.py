@@ -15,6 +15,7 @@ plain SGD, lr_k = lr. Both stop exactly at the horizon T (the last step is short
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -59,12 +60,12 @@ def flow_sharpness_schedule(lr_max: float, horizon: float, times, sharpness, sta
         raise ValueError(f"the flow grid covers [{times[0]}, {times[-1]}], not the training horizon [0, {horizon}]")
     if not np.all(np.isfinite(sharpness)) or np.any(sharpness <= 0):
         raise ValueError("the flow's sharpness must be finite and positive on its whole grid")
-    out, t, end = [], 0.0, horizon * (1 - 1e-12)
+    grid, lam = times.tolist(), sharpness.tolist()
+    out, t, end, last_cell = [], 0.0, horizon * (1 - 1e-12), len(grid) - 1
     while t < end:
-        first = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
-        last = min(int(np.searchsorted(times, min(t + lr_max, horizon), side="left")), len(times) - 1)
-        lam = float(sharpness[first : last + 1].max())
-        step = min(decay.cap(t, lr_max, horizon), 2.0 * stability_fraction / lam)
+        first = max(bisect.bisect_right(grid, t) - 1, 0)
+        last = min(bisect.bisect_left(grid, min(t + lr_max, horizon)), last_cell)
+        step = min(decay.cap(t, lr_max, horizon), 2.0 * stability_fraction / max(lam[first:last + 1]))
         if t + step >= end:  # the last step lands exactly on the horizon (no round-off sliver after it)
             step = horizon - t
         out.append(step)

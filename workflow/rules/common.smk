@@ -145,5 +145,6 @@ FIGURES = [
     "fixed_query_bound",
     "balanced_flow",
     "training_vs_prompt_length",
+    "init_dependence",
     "trajectory_transfer",
 ]

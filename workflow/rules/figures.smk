@@ -22,6 +22,7 @@ rule plot_affine_limit:
         runtime=5,
     params:
         **code("plot_affine_limit.py"),
+        run=RUN,
     script:
         "../scripts/plot_affine_limit.py"
 
@@ -46,6 +47,7 @@ rule plot_output_concentration:
         runtime=5,
     params:
         **code("plot_output_concentration.py"),
+        run=RUN,
     script:
         "../scripts/plot_output_concentration.py"
 
@@ -70,6 +72,7 @@ rule plot_gradient_concentration:
         runtime=5,
     params:
         **code("plot_gradient_concentration.py"),
+        run=RUN,
     script:
         "../scripts/plot_gradient_concentration.py"
 
@@ -94,6 +97,7 @@ rule plot_rate_exponent:
         runtime=5,
     params:
         **code("plot_rate_exponent.py"),
+        run=RUN,
     script:
         "../scripts/plot_rate_exponent.py"
 
@@ -118,6 +122,7 @@ rule plot_fixed_query_bound:
         runtime=5,
     params:
         **code("plot_fixed_query_bound.py"),
+        run=RUN,
     script:
         "../scripts/plot_fixed_query_bound.py"
 
@@ -142,6 +147,7 @@ rule plot_balanced_flow:
         runtime=5,
     params:
         **code("plot_balanced_flow.py"),
+        run=RUN,
     script:
         "../scripts/plot_balanced_flow.py"
 
@@ -151,6 +157,7 @@ rule plot_training_vs_prompt_length:
         runs=results("summary/training_runs.parquet"),
         summary=results("summary/training_prompt_lengths.parquet"),
         bayes_risk=results("data/bayes_risk.parquet"),
+        init_classes=results("init_dependence/classes.parquet"),
     output:
         pdf=figures("training_vs_prompt_length.pdf"),
         png=report(
@@ -168,6 +175,7 @@ rule plot_training_vs_prompt_length:
         runtime=5,
     params:
         **code("plot_training_vs_prompt_length.py"),
+        run=RUN,
     script:
         "../scripts/plot_training_vs_prompt_length.py"
 
@@ -195,5 +203,33 @@ rule plot_trajectory_transfer:
         runtime=5,
     params:
         **code("plot_trajectory_transfer.py"),
+        run=RUN,
     script:
         "../scripts/plot_trajectory_transfer.py"
+
+
+rule plot_init_dependence:
+    input:
+        flows=results("init_dependence/flows.parquet"),
+        classes=results("init_dependence/classes.parquet"),
+        predictors=results("init_dependence/predictors.parquet"),
+    output:
+        pdf=figures("init_dependence.pdf"),
+        png=report(
+            figures("init_dependence.png"),
+            caption="../report/init_dependence.rst",
+            category="R6 training",
+        ),
+    log:
+        logs("figures/init_dependence.log"),
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=700,
+        runtime=5,
+    params:
+        **code("plot_init_dependence.py"),
+        run=RUN,
+    script:
+        "../scripts/plot_init_dependence.py"

@@ -50,9 +50,10 @@ rule summarize_training:
         **code("summarize_training.py"),
         **cfg(
             *ICL_TASK,
+            "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
-            "train.drift_sharpness_ratio",
             "train.convergence_window",
+            "train.mode_gap_factor",
         ),
     script:
         "../scripts/summarize_training.py"

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 TITLES = {
     "gaussian": ("Gaussian tokens", r"limit $V(m + S\,U z_q)$: affine"),
@@ -41,6 +41,7 @@ def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
             ax.legend(handles, labels, title="mean, 90% band over prompts", fontsize=8, title_fontsize=8, loc="upper left")
         else:
             ax.legend(handles[-1:], labels[-1:], fontsize=8, loc="upper left")
-    fig.suptitle("R1: finite-prompt softmax attention converges to $V\\nabla K(Uz_q)$; only the Gaussian limit is affine", fontsize=11)
+    suptitle(fig, "R1: finite-prompt softmax attention converges to $V\\nabla K(Uz_q)$; only the Gaussian limit is affine",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

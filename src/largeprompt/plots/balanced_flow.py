@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 
 def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
@@ -36,7 +36,8 @@ def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
         ax.set_xlabel(r"time $t$")
     axes[0].legend(title=r"start $b = \|A\|_F = \alpha$", fontsize=8, title_fontsize=8)
     axes[1].legend(fontsize=8, loc="lower right")
-    fig.suptitle(r"R5: gradient flow from balanced starts reaches the Bayes point $b^*$, "
-                 r"$A^* = \mathrm{tr}(\Sigma^{-2})^{-1/4}\Sigma^{-1}$", fontsize=11)
+    suptitle(fig, r"R5: gradient flow from balanced starts reaches the Bayes point $b^*$, "
+                 r"$A^* = \mathrm{tr}(\Sigma^{-2})^{-1/4}\Sigma^{-1}$",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -8,7 +8,7 @@ import numpy as np
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 BOUND_STYLE = dict(linestyle=(0, (6, 2, 1, 2)), linewidth=1.5)
 
@@ -61,7 +61,7 @@ def plot_fixed_query_bound(inputs, outputs, params=None, rule="plot_fixed_query_
     ax.set_ylabel(rf"{1 - delta:g}-quantile $/ \sqrt{{\mathrm{{tr}}\,C/L}}$")
     ax.set_title("collapse on $L e^{-κ}$ (dashed: δ-method limit)", fontsize=10)
     ax.legend(fontsize=7)
-    fig.suptitle("R2 at fixed queries: empirical quantiles (95% order-statistic CI), the δ-method prediction and the rigorous finite-L bound",
-                 fontsize=11)
+    suptitle(fig, "R2 at fixed queries: empirical quantiles (95% order-statistic CI), the δ-method prediction and the rigorous finite-L bound",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

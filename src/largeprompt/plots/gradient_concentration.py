@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from ..parquet_io import read_parquet
 from .concentration import draw_concentration_row
-from .style import apply_style, save_figure
+from .style import apply_style, save_figure, suptitle
 
 
 def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradient_concentration"):
@@ -18,6 +18,7 @@ def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradien
     for row, (measure, metric) in zip(axes, rows):
         draw_concentration_row(row, rates, metric, measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
-    fig.suptitle("R3: gradients wrt U and V concentrate like the outputs (paper Prop. 3.4; squared Frobenius error of the Jacobians)", fontsize=11)
+    suptitle(fig, "R3: gradients wrt U and V concentrate like the outputs (paper Prop. 3.4; squared Frobenius error of the Jacobians)",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 
 from ..parquet_io import read_parquet
 from .concentration import draw_concentration_row
-from .style import apply_style, save_figure
+from .style import apply_style, save_figure, suptitle
 
 
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
@@ -16,6 +16,7 @@ def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_co
     for row, measure in zip(axes, measures):
         draw_concentration_row(row, rates, "output", measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
-    fig.suptitle(r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$", fontsize=11)
+    suptitle(fig, r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -12,7 +12,7 @@ import seaborn as sns
 
 from ..parquet_io import read_parquet
 from .concentration import METRIC_LABELS
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 MARKERS = {"output": "o", "grad_U": "s", "grad_V": "^"}
 OFFSETS = {"output": 0.96, "grad_U": 1.0, "grad_V": 1.04}  # small horizontal dodge, display only
@@ -57,6 +57,7 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
         ax.set_ylim(0, 1.25)
         ax.set_title(f"{measure} tokens: exponents fitted on the upper half of the $L$ grid, 95% bootstrap CI", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle("R2/R3: the mean error rate slows down as the tilt grows; the median keeps rate 1", fontsize=11)
+    suptitle(fig, "R2/R3: the mean error rate slows down as the tilt grows; the median keeps rate 1",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

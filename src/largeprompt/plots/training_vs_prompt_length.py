@@ -1,120 +1,177 @@
 """Figure `training_vs_prompt_length` (R6, docs/experiments.md#training_vs_prompt_length): final test MSE
-against L for softmax and linear attention, the theory over it, trapped runs and escape times. Draws only:
-every number comes from results/<run>/summary/training_*.parquet and data/bayes_risk.parquet."""
+against L for softmax and linear attention, every run, the theory over it, the modes of the ok runs, trapped
+runs and escape times. Draws only: every number comes from results/<run>/summary/training_*.parquet,
+data/bayes_risk.parquet and init_dependence/classes.parquet."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
+OFFSET = {"softmax": 0.96, "linear": 1.04}  # runs of the two models side by side at each L
+TRAPPED_MARKERS = {"no readout": "^", "worse equilibrium": "v"}
 
 
 def _band(ax, table, column, color, label):
     t = table[table[f"{column}_mean"].notna()].sort_values("prompt_length")
-    ax.plot(t["prompt_length"], t[f"{column}_mean"], "o-", color=color, label=label, markersize=4)
-    ax.fill_between(t["prompt_length"], t[f"{column}_lo"], t[f"{column}_hi"], color=color, alpha=0.2, linewidth=0)
+    if t.empty:  # no ok run at any L: nothing to draw, no legend entry
+        return
+    ax.plot(t["prompt_length"], t[f"{column}_mean"], "-", color=color, label=label, linewidth=1.6)
+    ax.fill_between(t["prompt_length"], t[f"{column}_lo"], t[f"{column}_hi"], color=color, alpha=0.25, linewidth=0)
 
 
-def _runs(ax, runs, column, color):
-    """ok runs as dots, trapped as open triangles, diverged as crosses at the top (never dropped)."""
-    shared = runs[runs["stream"] == 0]
+def _runs(ax, runs, column, model):
+    """ok runs as dots, trapped runs as open triangles (one marker per reason), diverged as crosses at the top."""
+    color, shared = COLORS[model], runs[runs["stream"] == 0]
     ok = shared[shared["status"] == "ok"]
-    ax.scatter(ok["prompt_length"], ok[column], s=9, color=color, alpha=0.5, linewidth=0)
-    for reason, marker in (("no readout", "^"), ("drifting flow", "v")):
+    if len(ok):
+        ax.scatter(ok["prompt_length"] * OFFSET[model], ok[column], s=10, color=color, alpha=0.6, linewidth=0,
+                   label=f"{model}: ok runs ({len(ok)})")
+    for reason, marker in TRAPPED_MARKERS.items():
         trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
         if len(trapped):
-            ax.scatter(trapped["prompt_length"], trapped[column], s=30, marker=marker, facecolors="none", edgecolors=color,
-                       label=f"trapped, {reason} ({len(trapped)} runs)")
+            drifting = int((trapped["flow_class"] == "drifts").sum())
+            ax.scatter(trapped["prompt_length"] * OFFSET[model], trapped[column], s=26, marker=marker, facecolors="none",
+                       edgecolors=color, linewidth=0.9,
+                       label=f"{model}: trapped, {reason} ({len(trapped)}; flow drifts: {drifting})")
     bad = shared[shared["status"] == "diverged"]
     if len(bad):
-        ax.scatter(bad["prompt_length"], np.full(len(bad), ax.get_ylim()[1]), marker="x", s=40, color=color,
-                   clip_on=False, label=f"diverged ({len(bad)} runs)")
+        ax.scatter(bad["prompt_length"] * OFFSET[model], np.full(len(bad), ax.get_ylim()[1]), marker="x", s=40,
+                   color=color, clip_on=False, label=f"{model}: diverged ({len(bad)})")
+
+
+def _modes(ax, table, model):
+    """Where the ok runs split into two modes: a bar at each mode's mean, labelled with its number of runs."""
+    split = table[table["n_modes"] == 2]
+    for r in split.itertuples():
+        for mean, n in ((r.lower_mode_mean, r.lower_mode_runs), (r.upper_mode_mean, r.upper_mode_runs)):
+            ax.plot([r.prompt_length * 0.88, r.prompt_length * 1.12], [mean, mean], color=COLORS[model], linewidth=2.4)
+            ax.annotate(f"{n}", (r.prompt_length * 1.13, mean), fontsize=6, color=COLORS[model], va="center")
+    if len(split):
+        ax.plot([], [], color=COLORS[model], linewidth=2.4, label=f"{model}: the two modes of the ok runs (runs each)")
+
+
+def _theory(ax, table, bayes):
+    """Bayes risk, R(Γ*), the softmax leading-order optimum where valid, and σ²; a legend entry only if drawn."""
+    ax.plot(bayes["prompt_length"], bayes["bayes_risk"], color="black", linewidth=1.2, label="Bayes (ridge) risk")
+    ref = table.drop_duplicates("prompt_length").sort_values("prompt_length")
+    ax.plot(ref["prompt_length"], ref["optimal_linear_attention_test_risk"], color="tab:blue", linestyle="--",
+            linewidth=1.1, label=r"best linear attention $R(\Gamma^*)$")
+    valid = ref[ref["softmax_theory_valid"]]
+    if len(valid):
+        ax.plot(valid["prompt_length"], valid["softmax_leading_order_test_risk"], color="tab:red", linestyle="--",
+                linewidth=1.1, label=r"softmax optimum $\sigma^2 + f(\alpha^*)/L$ (leading order)")
+    ax.axhline(float(table["noise_variance"].iloc[0]), label=r"noise floor $\sigma^2$", **REFERENCE_STYLE)
 
 
 def _loss_panel(ax, runs, table, bayes):
-    for model, color in COLORS.items():
-        t, r = table[table["model"] == model], runs[runs["model"] == model]
-        if len(t):
-            _band(ax, t, "final_test_loss", color, f"{model} attention (mean, 95% CI over ok seeds)")
-            _runs(ax, r, "final_test_loss", color)
-    ax.plot(bayes["prompt_length"], bayes["bayes_risk"], color="black", linewidth=1.2, label="Bayes (ridge) risk")
-    lin = table[table["model"] == table["model"].iloc[0]].sort_values("prompt_length")
-    ax.plot(lin["prompt_length"], lin["optimal_linear_attention_risk"], color="tab:blue", linestyle="--",
-            linewidth=1.1, label=r"best linear attention $R(\Gamma^*)$")
-    valid = lin[lin["softmax_theory_valid"]]
-    ax.plot(valid["prompt_length"], valid["softmax_leading_order_risk"], color="tab:red", linestyle="--", linewidth=1.1,
-            label=r"softmax optimum $\sigma^2 + f(\alpha^*)/L$ (leading order)")
-    ax.axhline(float(table["noise_variance"].iloc[0]), label=r"noise floor $\sigma^2$", **REFERENCE_STYLE)
+    lo = min(float(table["noise_variance"].iloc[0]), float(bayes["bayes_risk"].min()), float(table["final_test_loss_lo"].min()))
+    hi = max(float(runs["final_test_loss"].max()), float(table["final_test_loss_hi"].max()), float(bayes["bayes_risk"].max()))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    shared = runs[runs["stream"] == 0]
-    ax.set_ylim(0.8 * float(table["noise_variance"].iloc[0]), 1.3 * float(shared["final_test_loss"].max()))
-    for (model, L), g in table.groupby(["model", "prompt_length"]):  # trapped / all seeds, per L, at the top
-        ax.annotate(f"{int(g['n_trapped'].iloc[0])}/{int(g['n_seeds'].iloc[0])}", (L, ax.get_ylim()[1]), fontsize=6,
+    ax.set_ylim(0.9 * lo, 1.25 * hi)  # every band, run and curve inside the axes
+    for model in COLORS:
+        t = table[table["model"] == model]
+        if len(t):
+            _band(ax, t, "final_test_loss", COLORS[model], f"{model}: mean, 95% CI over ok runs")
+            _runs(ax, runs[runs["model"] == model], "final_test_loss", model)
+            _modes(ax, t, model)
+    _theory(ax, table, bayes)
+    for (model, L), g in table.groupby(["model", "prompt_length"]):  # ok / seeds, per L, at the top
+        ax.annotate(f"{int(g['n_ok'].iloc[0])}/{int(g['n_seeds'].iloc[0])}", (L, ax.get_ylim()[1]), fontsize=6,
                     color=COLORS[model], ha="center", va="bottom", xytext=(0, 2 if model == "softmax" else 9),
                     textcoords="offset points", annotation_clip=False)
-    ax.set_title("final test loss; numbers at the top: trapped / seeds per $L$\n(red: softmax, blue: linear)",
-                 fontsize=8, pad=20)
+    ax.set_title("final test loss; at the top: ok runs / seeds per $L$\n(red: softmax, blue: linear)", fontsize=8, pad=20)
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("final test MSE")
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+
+
+def _ratio_title(table) -> str:
+    """Measured over predicted L·excess at the largest L, with the interval of the measured mean."""
+    last = table[table["prompt_length"] == table["prompt_length"].max()]
+    parts = []
+    for r in last.itertuples():
+        if r.model == "softmax" and not r.softmax_theory_valid:
+            continue
+        parts.append(f"{r.model} {r.scaled_excess_over_theory_mean:.2f} [{r.scaled_excess_over_theory_lo:.2f}, "
+                     f"{r.scaled_excess_over_theory_hi:.2f}]")
+    L = int(last["prompt_length"].iloc[0])
+    return f"at L = {L}, measured / leading-order L·excess: " + ("; ".join(parts) if parts else "no prediction")
 
 
 def _excess_panel(ax, runs, table):
-    for model, color in COLORS.items():
-        t, r = table[table["model"] == model], runs[(runs["model"] == model) & (runs["status"] == "ok")]
-        if len(t):
-            _band(ax, t, "scaled_excess_risk", color, f"{model} (ok runs)")
-            _runs(ax, r, "scaled_excess_risk", color)
-    lin = table[table["model"] == table["model"].iloc[0]].sort_values("prompt_length")
-    ax.plot(lin["prompt_length"], lin["linear_theory_scaled_excess"], color="tab:blue", linestyle="--", linewidth=1.1,
-            label=r"$L\,(R(\Gamma^*) - $Bayes$)$")
-    valid = lin[lin["softmax_theory_valid"]]
-    ax.plot(valid["prompt_length"], valid["softmax_theory_scaled_excess"], color="tab:red", linestyle="--",
-            linewidth=1.1, label=r"$L\,(\sigma^2 + f(\alpha^*)/L - $Bayes$)$")
-    ax.set_xscale("log")
     ok = runs[(runs["status"] == "ok") & (runs["stream"] == 0)]
-    top = max(float(ok["scaled_excess_risk"].max()), float(lin["softmax_theory_scaled_excess"][lin["softmax_theory_valid"]].max()))
-    ax.set_ylim(min(0.0, float(ok["scaled_excess_risk"].min())), 1.25 * top)
+    ref = table.drop_duplicates("prompt_length").sort_values("prompt_length")
+    valid = ref[ref["softmax_theory_valid"]]
+    values = [ok["scaled_excess_risk"], table["scaled_excess_risk_lo"], table["scaled_excess_risk_hi"],
+              ref["linear_theory_scaled_excess"], valid["softmax_theory_scaled_excess"]]
+    lo, hi = np.nanmin([v.min() for v in values if len(v)]), np.nanmax([v.max() for v in values if len(v)])
+    pad = 0.08 * (hi - lo)
+    ax.set_xscale("log")
+    ax.set_ylim(min(0.0, lo - pad), hi + pad)  # every band inside the axes, no clipping
+    for model in COLORS:
+        t = table[table["model"] == model]
+        if len(t):
+            _band(ax, t, "scaled_excess_risk", COLORS[model], f"{model}: mean, 95% CI over ok runs")
+            r = ok[ok["model"] == model]
+            ax.scatter(r["prompt_length"] * OFFSET[model], r["scaled_excess_risk"], s=10, color=COLORS[model], alpha=0.6,
+                       linewidth=0)
+    ax.plot(ref["prompt_length"], ref["linear_theory_scaled_excess"], color="tab:blue", linestyle="--", linewidth=1.1,
+            label=r"$L\,(R(\Gamma^*) - $Bayes$)$")
+    if len(valid):
+        ax.plot(valid["prompt_length"], valid["softmax_theory_scaled_excess"], color="tab:red", linestyle="--",
+                linewidth=1.1, label=r"$L\,(\sigma^2 + f(\alpha^*)/L - $Bayes$)$")
     ax.set_xlabel("prompt length $L$")
-    ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk)")
-    last = lin.iloc[-1]
-    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$\nat L = {int(last['prompt_length'])} softmax/linear excess: "
-                 f"{last['excess_ratio_measured']:.2f} measured, {last['excess_ratio_predicted']:.2f} leading order", fontsize=8,
-                 pad=20)
+    ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk), ok runs")
+    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$\n{_ratio_title(table)}", fontsize=8, pad=20)
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
 def _escape_panel(ax, runs):
-    shared = runs[(runs["stream"] == 0) & (runs["status"] != "diverged")]
+    shared = runs[(runs["stream"] == 0) & (runs["status"] != "diverged") & runs["escape_time"].notna()]
     for model, color in COLORS.items():
         r = shared[shared["model"] == model]
-        ax.scatter(r["prompt_length"] * (1.06 if model == "linear" else 0.94), r["escape_time"], s=14, color=color,
-                   label=f"{model} run")
-    flows = shared.drop_duplicates("seed")
-    for _, f in flows.iterrows():
-        ax.axhline(f["flow_escape_time"], color="black", linestyle=":", linewidth=0.9)
-        ax.annotate(f"flow, seed {int(f['seed'])}", (shared["prompt_length"].max(), f["flow_escape_time"]), fontsize=6,
-                    va="bottom", ha="right")
+        for status, marker, fill in (("ok", "o", color), ("trapped", "v", "none")):
+            g = r[r["status"] == status]
+            if len(g):
+                ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time"] / g["flow_escape_time"], s=14,
+                           marker=marker, facecolors=fill, edgecolors=color, label=f"{model}, {status} runs")
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="escapes when its $L=\\infty$ flow does")
+    if shared.empty:
+        ax.text(0.5, 0.5, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
-    ax.set_ylabel("escape time (R∞ below the plateau midpoint)")
-    ax.set_title("escape from the initial plateau:\nruns vs their $L=\\infty$ flows", fontsize=8, pad=20)
+    ax.set_ylabel("run's escape time / its flow's")
+    ax.set_title("escape from the initial plateau:\neach run against the $R_\\infty$ flow from its initial weights",
+                 fontsize=8, pad=20)
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+
+
+def _drift_note(runs, classes) -> str:
+    seeds = runs.drop_duplicates("seed")
+    drifting = int((seeds["flow_class"] == "drifts").sum())
+    d = classes[classes["flow_class"] == "drifts"].iloc[0]
+    return (f"drifting $R_\\infty$ flows: {drifting} of the {len(seeds)} training seeds; "
+            f"{int(d['n_flows'])}/{int(d['n_seeds'])} = {100 * d['fraction']:.0f}% "
+            f"[{100 * d['fraction_lo']:.0f}, {100 * d['fraction_hi']:.0f}]% of torch-default inits (figure init_dependence)")
 
 
 def plot_training_vs_prompt_length(inputs, outputs, params=None, rule="plot_training_vs_prompt_length"):
     apply_style()
     runs, table = read_parquet(inputs["runs"]), read_parquet(inputs["summary"])
     bayes = read_parquet(inputs["bayes_risk"]).sort_values("prompt_length")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 6.4))
+    classes = read_parquet(inputs["init_classes"])
+    fig, axes = plt.subplots(1, 3, figsize=(16, 6.6))
     _loss_panel(axes[0], runs, table, bayes)
     _excess_panel(axes[1], runs, table)
     _escape_panel(axes[2], runs)
-    fig.suptitle("R6: trained softmax attention approaches linear attention as the prompt grows", fontsize=11, y=0.995)
-    fig.subplots_adjust(top=0.84, bottom=0.24, wspace=0.25)
+    suptitle(fig, "R6: trained softmax attention approaches linear attention as the prompt grows\n"
+             + _drift_note(runs, classes),
+             (params or {}).get("run"), fontsize=10, y=0.995)
+    fig.subplots_adjust(top=0.83, bottom=0.26, wspace=0.25)
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -8,7 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure
+from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 EXPERIMENTS = {
     ("reduced_model", "softmax"): ("reduced $(v, A)$ softmax model", "tab:purple", "o"),
@@ -101,7 +101,8 @@ def plot_trajectory_transfer(inputs, outputs, params=None, rule="plot_trajectory
     _risk_panel(axes[0], runs, flows)
     _sharpness_panel(axes[1], flows, limit)
     _gap_panel(axes[2], gaps, slopes)
-    fig.suptitle("R4: finite-prompt training follows the infinite-prompt gradient flow, within $O(1/L)$ on a fixed "
-                 "horizon", fontsize=11)
+    suptitle(fig, "R4: finite-prompt training follows the infinite-prompt gradient flow, within $O(1/L)$ on a fixed "
+                 "horizon",
+             (params or {}).get("run"), fontsize=11)
     fig.tight_layout()
     save_figure(fig, outputs["pdf"], outputs["png"])

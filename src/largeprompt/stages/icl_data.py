@@ -73,16 +73,25 @@ def bayes_prompt_lengths(train_lengths, n_grid: int = 30) -> list[int]:
     return sorted(set(int(L) for L in grid) | set(int(L) for L in train_lengths))
 
 
+def linear_optimum_errors(task: RegressionTask, test_set, prompt_length: int) -> torch.Tensor:
+    """Squared errors [N] of the best linear-attention predictor x_qᵀΓ*m̂ on the test prompts' first L tokens
+    (docs/theory.md#linear-attention-optimum); their mean is R(Γ*) on the test set."""
+    query, prompt, target = test_set
+    prompt = prompt[:, :prompt_length]
+    lam = task.covariance.numpy()
+    gamma = torch.as_tensor(linear_attention_fixed_point(lam, task.task_variance, task.noise_variance, prompt_length),
+                            dtype=prompt.dtype)
+    moment = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # m̂ = (1/L) Σ yᵢxᵢ [N, d]
+    return (torch.einsum("ni,ij,nj->n", query[:, :-1], gamma, moment) - target) ** 2
+
+
 def reference_risks(task: RegressionTask, test_set, prompt_length: int, ridge: float) -> dict:
     """At one L: the Bayes (ridge) and best-linear-attention (Γ*) predictors' MSE on the test set, with standard
     errors, and R(Γ*) in closed form (docs/theory.md#bayes-risk, docs/theory.md#linear-attention-optimum)."""
     query, prompt, target = test_set
-    prompt = prompt[:, :prompt_length]
-    bayes = (ridge_predictions(query, prompt, ridge) - target) ** 2  # [N]
+    bayes = (ridge_predictions(query, prompt[:, :prompt_length], ridge) - target) ** 2  # [N]
     lam = task.covariance.numpy()
-    gamma = torch.as_tensor(linear_attention_fixed_point(lam, task.task_variance, task.noise_variance, prompt_length))
-    moment = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # m̂ = (1/L) Σ yᵢxᵢ [N, d]
-    linear = (torch.einsum("ni,ij,nj->n", query[:, :-1], gamma, moment) - target) ** 2  # [N]
+    linear = linear_optimum_errors(task, test_set, prompt_length)  # [N]
     n = len(target)
     return {
         "prompt_length": prompt_length,

@@ -18,8 +18,10 @@ import torch
 
 from .. import models
 from ..dynamics import balanced_flow as balanced_flow_path
-from ..dynamics import bayes_point, full_model_sharpness, isotropic_flow, reduced_model_sgd
+from ..dynamics import bayes_point, isotropic_flow, reduced_model_sgd
 from ..dynamics import full_model_flow as full_flow_path
+from ..flow_class import classify_flow
+from ..full_model_risk import full_model_risk
 from ..icl import RegressionTask, reduced_infinite_prompt_risk, regression_task
 from ..measures import toeplitz_covariance
 from ..parquet_io import write_parquet
@@ -35,7 +37,7 @@ def flow_times(horizon: float, n_points: int) -> np.ndarray:
 
 
 def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
-    """Write results/<run>/infinite/full_model_seed{seed}.parquet: θ(t), R∞(θ(t)) and the sharpness."""
+    """Write results/<run>/infinite/full_model_seed{seed}.parquet: θ(t), R∞(θ(t)), the sharpness and det(u_y M_x)."""
     task = regression_task(params["icl"])
     seed = int(params["run_seed"])
     times = flow_times(params["train"]["horizon"], params["infinite"]["flow_points"])
@@ -43,15 +45,16 @@ def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
     tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
     thetas, risks = full_flow_path(task, params0, times, **tol)
     print(f"seed {seed}: R_inf from {risks[0]:.4f} to {risks[-1]:.6f} on t in [0, {times[-1]:g}]")
-    rows = []
-    for t, theta, risk in progress(list(zip(times, thetas, risks)), desc=f"sharpness seed {seed}"):
-        row = {"seed": seed, "time": float(t), "infinite_prompt_risk": float(risk),
-               "sharpness": full_model_sharpness(task, theta)}
-        row.update(models.parameter_summaries(models.unflatten(torch.tensor(theta), task.token_dim), task.token_dim))
-        row.update({f"theta_{i:03d}": float(x) for i, x in enumerate(theta)})
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    print(f"seed {seed}: largest sharpness {frame['sharpness'].max():.3g} at t = {frame.loc[frame['sharpness'].idxmax(), 'time']:g}")
+    risk = full_model_risk(task)
+    frame = pd.DataFrame({"seed": seed, "time": times, "infinite_prompt_risk": risks,
+                          "sharpness": risk.sharpness(thetas), "readout_determinant": risk.readout_determinant(thetas)})
+    summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), task.token_dim), task.token_dim)
+                 for th in thetas]
+    frame = pd.concat([frame, pd.DataFrame(summaries), pd.DataFrame(thetas).add_prefix("theta_").rename(
+        columns=lambda c: f"theta_{int(c[6:]):03d}")], axis=1)
+    kind, escape = classify_flow(times, risks, frame["readout_determinant"], task.noise_variance)
+    print(f"seed {seed}: largest sharpness {frame['sharpness'].max():.3g} at t = {frame.loc[frame['sharpness'].idxmax(), 'time']:g};"
+          f" the flow {kind} (escape at t = {escape:.4g}, det(u_y M_x) = {frame['readout_determinant'].iloc[-1]:.3g} at T)")
     write_parquet(frame, outputs["flow"], provenance(rule, params, base_seed=params["seed"], run_seeds=[seed]))
 
 

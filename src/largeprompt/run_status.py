@@ -1,0 +1,92 @@
+"""The outcome of a §6 training run: its final loss, its status, and the modes of the ok runs
+(docs/experiments.md#run-status, docs/experiments.md#modes).
+
+A run's status follows from its own outcome, compared within its (model, L):
+
+* ``diverged``: training stopped on a blown-up batch loss;
+* ``trapped``: its final test loss exceeds ``loss_ratio`` times the reference, the reference being the
+  lowest final loss of the (model, L)'s runs, or for linear attention R(Γ*) if lower (the best risk
+  linear attention can reach). The reason is ``no readout`` when its readout |u_y|·‖U_xx‖ is below
+  ``readout_fraction`` times that of the best run (it never left the plateau), else ``worse equilibrium``;
+* ``ok`` otherwise.
+
+The flow of the run's initial weights (:mod:`largeprompt.flow_class`) explains a status; it never decides it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+FINAL_FRACTION = 0.1  # the final loss averages the rows logged in the last tenth of the run's own time
+STATUSES = ("ok", "trapped", "diverged")
+TRAP_REASONS = ("no readout", "worse equilibrium")
+
+
+@dataclass(frozen=True)
+class StatusRule:
+    """Config ``train.trapped_loss_ratio`` and ``train.trapped_readout_fraction``."""
+
+    loss_ratio: float
+    readout_fraction: float
+
+
+def final_loss(times, losses) -> float:
+    """Mean of ``losses`` over the rows logged in the last FINAL_FRACTION of the run's time."""
+    times, losses = np.asarray(times, dtype=np.float64), np.asarray(losses, dtype=np.float64)
+    return float(losses[times >= (1 - FINAL_FRACTION) * times[-1]].mean())
+
+
+def readout(u_y, norm_U_xx):
+    """|u_y|·‖U_xx‖: how strongly the prediction reads the prompt's labels (0 on the plateau's saddle)."""
+    return np.abs(np.asarray(u_y, dtype=np.float64)) * np.asarray(norm_U_xx, dtype=np.float64)
+
+
+def judge(runs: pd.DataFrame, rule: StatusRule, theory_floor: float = np.inf) -> pd.DataFrame:
+    """Status of the runs of one (model, L) (module docstring).
+
+    ``runs`` has columns final_test_loss, readout and diverged (bool); ``theory_floor`` is the lowest risk the
+    model can reach in theory (R(Γ*) for linear attention; +inf where none is known). Returns columns
+    status, trap_reason (None for ok and diverged runs) and reference_loss, on the index of ``runs``.
+    """
+    alive = runs[~runs["diverged"]]
+    out = pd.DataFrame(index=runs.index)
+    out["status"], out["trap_reason"] = np.where(runs["diverged"], "diverged", "ok"), None
+    out["reference_loss"] = np.nan
+    if alive.empty:
+        return out
+    best = alive["final_test_loss"].idxmin()
+    reference = min(float(alive.loc[best, "final_test_loss"]), float(theory_floor))
+    out["reference_loss"] = reference
+    worse = ~runs["diverged"] & (runs["final_test_loss"] > rule.loss_ratio * reference)
+    out.loc[worse, "status"] = "trapped"
+    no_readout = runs["readout"] < rule.readout_fraction * float(alive.loc[best, "readout"])
+    out.loc[worse, "trap_reason"] = np.where(no_readout[worse], "no readout", "worse equilibrium")
+    return out
+
+
+@dataclass(frozen=True)
+class Modes:
+    """The ok runs' final losses as one mode, or split into a lower and an upper mode at their largest gap."""
+
+    n_modes: int
+    lower_mean: float = np.nan
+    lower_runs: int = 0
+    upper_mean: float = np.nan
+    upper_runs: int = 0
+
+
+def split_modes(values, gap_factor: float) -> Modes:
+    """Two modes when the largest gap between consecutive sorted ``values`` exceeds ``gap_factor`` times the
+    wider of the two groups it separates, each holding at least two runs (docs/experiments.md#modes)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if len(v) < 4:
+        return Modes(1)
+    gaps = np.diff(v)[1:-1]  # gaps leaving at least two runs on each side
+    cut = int(np.argmax(gaps)) + 2  # lower = v[:cut], upper = v[cut:]
+    lower, upper = v[:cut], v[cut:]
+    width = max(lower[-1] - lower[0], upper[-1] - upper[0])
+    if gaps.max() <= gap_factor * width:
+        return Modes(1)
+    return Modes(2, float(lower.mean()), len(lower), float(upper.mean()), len(upper))
