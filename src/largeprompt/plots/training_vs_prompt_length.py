@@ -95,7 +95,7 @@ def _ratio_title(table) -> str:
     last = table[table["prompt_length"] == table["prompt_length"].max()]
     parts = []
     for r in last.itertuples():
-        if r.model == "softmax" and not r.softmax_theory_valid:
+        if (r.model == "softmax" and not r.softmax_theory_valid) or np.isnan(r.scaled_excess_over_theory_mean):
             continue
         parts.append(f"{r.model} {r.scaled_excess_over_theory_mean:.2f} [{r.scaled_excess_over_theory_lo:.2f}, "
                      f"{r.scaled_excess_over_theory_hi:.2f}]")
@@ -142,7 +142,7 @@ def _escape_panel(ax, runs):
                            marker=marker, facecolors=fill, edgecolors=color, label=f"{model}, {status} runs")
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="escapes when its $L=\\infty$ flow does")
     if shared.empty:
-        ax.text(0.5, 0.5, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
+        ax.text(0.5, 0.7, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
