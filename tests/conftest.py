@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session", autouse=True)
 def private_kernel_cache(tmp_path_factory):
-    """Kernel tiles (largeprompt.autotune) are tuned into a temporary XDG_CACHE_HOME, never the user's cache.
+    """Kernel tiles (largeprompt.kernel.autotune) are tuned into a temporary XDG_CACHE_HOME, never the user's cache.
 
     Set in os.environ, so Snakemake jobs and other subprocesses of the tests inherit it.
     """

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from largeprompt.attention import (
+from largeprompt.maths.attention import (
     finite_prompt_attention,
     infinite_prompt_attention,
     prompt_chunks,
@@ -16,8 +16,8 @@ from largeprompt.attention import (
     streaming_tilted_moments,
     tilted_moments,
 )
-from largeprompt.fluctuations import gaussian_asymptotic_covariance, leading_bias
-from largeprompt.measures import Gaussian, Rademacher, Uniform, toeplitz_covariance
+from largeprompt.maths.fluctuations import gaussian_asymptotic_covariance, leading_bias
+from largeprompt.maths.measures import Gaussian, Rademacher, Uniform, toeplitz_covariance
 from tolerance import assert_within, attention_tolerance, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 F64 = torch.float64

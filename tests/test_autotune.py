@@ -1,4 +1,4 @@
-"""Per-machine attention kernels (largeprompt.autotune): correctness for every candidate, cache, lock, override.
+"""Per-machine attention kernels (largeprompt.kernel.autotune): correctness for every candidate, cache, lock, override.
 
 No timing is asserted: where the choice matters, tuning is replaced by a stand-in timer.
 Every test runs with XDG_CACHE_HOME in its own temporary folder.
@@ -11,10 +11,10 @@ import textwrap
 import pytest
 import torch
 
-from largeprompt import autotune
-from largeprompt.attention import TiltedMoments
-from largeprompt.provenance import provenance
-from largeprompt.tilted_moments import AttentionKernel
+from largeprompt.io.provenance import provenance
+from largeprompt.kernel import autotune, kernel_cache
+from largeprompt.kernel.autotune import TunedMoments
+from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
 
 F64 = torch.float64
 
@@ -176,7 +176,7 @@ def test_cache_round_trips_and_is_keyed_by_machine_and_regime(private_cache, mon
     assert kernel == expected and len(calls) == 1
     assert autotune.kernel_sources() == {autotune.regime_key(40, 1, 6, False, F64): "tuned"}
     stored = json.loads(private_cache.read_text())
-    assert stored["format"] == autotune.CACHE_FORMAT
+    assert stored["format"] == kernel_cache.CACHE_FORMAT
     assert stored["machines"][autotune.machine_key()][autotune.regime_key(64, 1, 6, False, F64)]["kernel"] == str(kernel)
 
     autotune.forget()  # a new process: the same bucket (33..64 queries) reads the cache
@@ -224,7 +224,7 @@ def test_invalid_cache_entry_is_retuned(private_cache, monkeypatch):
     key, regime = autotune.machine_key(), autotune.regime_key(64, 1, 6, False, F64)
     private_cache.parent.mkdir(parents=True)
     for bad in (-4, "4096", True, None, "tile=0,scores=query", "tile=4096,exp=3"):
-        private_cache.write_text(json.dumps({"format": autotune.CACHE_FORMAT, "machines": {key: {regime: {"kernel": bad}}}}))
+        private_cache.write_text(json.dumps({"format": kernel_cache.CACHE_FORMAT, "machines": {key: {regime: {"kernel": bad}}}}))
         autotune.forget()
         monkeypatch.setattr(autotune, "time_candidates", stand_in_timer(2))
         assert autotune.attention_kernel(64, 1, 6, False, F64) == autotune.candidate_kernels(64, 1, 6, 8)[2]
@@ -234,7 +234,7 @@ CONCURRENT = textwrap.dedent(
     """
     import json, os, pathlib, random, sys, time
     import torch
-    from largeprompt import autotune
+    from largeprompt.kernel import autotune
 
     def timer(kernels, *args, **kwargs):  # each process would pick a different kernel if it tuned on its own
         time.sleep(0.5)  # hold the lock long enough for the other process to want it
@@ -286,7 +286,7 @@ def test_environment_override_wins_and_skips_tuning(private_cache, monkeypatch):
 
     monkeypatch.setattr(autotune, "time_candidates", no_tuning)
     monkeypatch.setenv(autotune.ENV_KERNEL, "tile=5000,exp=2")
-    acc = TiltedMoments(torch.randn(64, 6, dtype=F64))
+    acc = TunedMoments(torch.randn(64, 6, dtype=F64))
     acc.update(torch.randn(1000, 6, dtype=F64))
     expected = AttentionKernel(5000, autotune.default_kernel(64).token_major, True)  # scores: the default order
     assert acc.kernel == expected and autotune.attention_kernel(64, 1, 6, False, F64) == expected
@@ -299,14 +299,14 @@ def test_environment_override_wins_and_skips_tuning(private_cache, monkeypatch):
 
 def test_override_without_a_cache_writes_nothing(private_cache, monkeypatch):
     monkeypatch.setenv(autotune.ENV_KERNEL, "tile=65536")
-    TiltedMoments(torch.randn(4, 3, dtype=F64)).update(torch.randn(100, 3, dtype=F64))
+    TunedMoments(torch.randn(4, 3, dtype=F64)).update(torch.randn(100, 3, dtype=F64))
     assert not private_cache.parent.exists()
 
 
 def test_provenance_records_the_kernels_used(monkeypatch):
     monkeypatch.setenv(autotune.ENV_KERNEL, "tile=32768,scores=token,exp=2")
     assert provenance("some_rule", {})["attention_kernels"] == {}
-    acc = TiltedMoments(torch.randn(250, 1, 2, dtype=F64), second_moment=True)
+    acc = TunedMoments(torch.randn(250, 1, 2, dtype=F64), second_moment=True)
     acc.update(torch.randn(250, 10, 2, dtype=F64))
     assert provenance("some_rule", {})["attention_kernels"] == {
         "attention/float64/cpu/D2/q1/p256/cov": "tile=32768,scores=token,exp=2"}
@@ -320,7 +320,7 @@ def test_a_recorded_kernel_reproduces_its_bits(monkeypatch):
     for text in ("tile=65536,scores=query,exp=2", "tile=65536,scores=query,exp=2", "tile=131072,scores=token,exp=e"):
         autotune.forget()
         monkeypatch.setenv(autotune.ENV_KERNEL, text)
-        acc = TiltedMoments(tilt)
+        acc = TunedMoments(tilt)
         acc.update(tokens)
         runs.setdefault(text, []).append(acc.mean())
     same = runs["tile=65536,scores=query,exp=2"]

@@ -82,13 +82,13 @@ def test_schedule_waits_for_whole_stages():
 
 def test_deep_merge_overlays_mappings_and_replaces_lists():
     base = {"a": {"b": 1, "c": [1, 2]}, "d": 4}
-    merged = paper.deep_merge(base, {"a": {"c": [3]}, "e": 5})
+    merged = pipeline.deep_merge(base, {"a": {"c": [3]}, "e": 5})
     assert merged == {"a": {"b": 1, "c": [3]}, "d": 4, "e": 5}
     assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 4}
 
 
 def test_paper_config_is_paper_yaml_over_the_default():
-    config = paper.paper_config()
+    config = pipeline.paper_config()
     assert config["run"] == "paper"
     assert config["train"]["prompt_lengths"] == list(range(10, 101, 10)) + list(range(200, 1001, 100))
     assert config["train"]["lr"] == 1e-3 and config["train"]["horizon"] == 300 and config["icl"]["n_test"] == 10000
@@ -120,7 +120,7 @@ def test_the_paper_training_line_names_the_config_and_core_hours(monkeypatch):
     lines = paper.bench_paper_training(quick=True)
     text = "\n".join(lines)
     assert "paper.yaml" in text and "core-hours" in text
-    lengths = paper.paper_config()["train"]["prompt_lengths"]
+    lengths = pipeline.paper_config()["train"]["prompt_lengths"]
     hours = sum(300_000 * (1e-3 + 5e-6 * L) for L in lengths) / 3600
     assert f"≈ {hours:.2f} core-hours" in text
 
@@ -190,10 +190,10 @@ def test_the_engine_in_blocks_equals_the_engine_in_one_block(monkeypatch):
     """The engine's blocking of large batches (a performance device) changes sums only by their order."""
     import torch
 
-    from largeprompt import models, multirun
-    from largeprompt.icl import RegressionTask
-    from largeprompt.measures import toeplitz_covariance
-    from largeprompt.seeding import stream_generator
+    from largeprompt.core.seeding import stream_generator
+    from largeprompt.icl import models, multirun
+    from largeprompt.icl.task import RegressionTask
+    from largeprompt.maths.measures import toeplitz_covariance
 
     B, L = 40, 30
     query, prompt, target = RegressionTask(toeplitz_covariance(3, 0.5), 0.5, 0.2).sample(B, L, stream_generator(1, "t"))

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo, run, snakemake_cmd
-from largeprompt.config import ConfigError, check_config
+from largeprompt.io.config import ConfigError, check_config
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from conftest import REPO
-from largeprompt.devices import dtype_of, resolve_device
-from largeprompt.parquet_io import write_parquet
-from largeprompt.pipeline import Runtime
-from largeprompt.runlog import runtime_settings
+from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.io.parquet_io import write_parquet
+from largeprompt.io.pipeline import Runtime
+from largeprompt.io.runlog import runtime_settings
 from largeprompt.stages import affine_limit, concentration, data, fixed_query_bounds, icl_data, train
 
 COMPUTE_RULES = ("simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train", "train_transfer")

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from largeprompt import models
-from largeprompt.dynamics import (
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models
+from largeprompt.icl.dynamics import (
     balanced_flow,
     balanced_risk,
     bayes_point,
@@ -22,9 +23,9 @@ from largeprompt.dynamics import (
     reduced_flow,
     reduced_model_sgd,
 )
-from largeprompt.icl import RegressionTask, infinite_prompt_risk
-from largeprompt.measures import toeplitz_covariance
-from largeprompt.seeding import stream_generator
+from largeprompt.icl.risks import infinite_prompt_risk
+from largeprompt.icl.task import RegressionTask
+from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import assert_within, gamma, infinite_prompt_risk_abs, ode_tolerance, rounding_tolerance, sum_tolerance
 
 TIMES = np.linspace(0.0, 1.5, 16)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import optimize
 
-from largeprompt.icl import reduced_finite_prompt_correction, valley_correction, valley_optimal_scale, valley_optimum
+from largeprompt.icl.risks import reduced_finite_prompt_correction, valley_correction, valley_optimal_scale, valley_optimum
 from tolerance import assert_within, eps, gamma, mc_tolerance
 
 LAM = np.array([[1.0, 0.3, 0.0], [0.3, 1.0, 0.3], [0.0, 0.3, 1.0]])

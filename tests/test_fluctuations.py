@@ -8,17 +8,17 @@ import pandas as pd
 import pytest
 import torch
 
-from largeprompt.attention import streaming_tilted_moments
-from largeprompt.fluctuations import (
+from largeprompt.core.seeding import stream_generator
+from largeprompt.io.pipeline import Runtime
+from largeprompt.maths.attention import streaming_tilted_moments
+from largeprompt.maths.fluctuations import (
     asymptotic_covariance,
     gaussian_asymptotic_covariance,
     gaussian_fourth_moment,
     leading_bias,
     random_query_mean_trace_c,
 )
-from largeprompt.measures import make_measure, toeplitz_covariance
-from largeprompt.pipeline import Runtime
-from largeprompt.seeding import stream_generator
+from largeprompt.maths.measures import make_measure, toeplitz_covariance
 from largeprompt.stages.fixed_query_bounds import simulate_fixed_query_bounds
 from tolerance import assert_within, gamma, mc_tolerance
 

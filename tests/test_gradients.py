@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from largeprompt.attention import finite_prompt_attention, infinite_prompt_attention, tilted_moments
-from largeprompt.gradients import infinite_prompt_jacobians, jacobian_sq_errors, output_jacobians
-from largeprompt.measures import make_measure, toeplitz_covariance
-from largeprompt.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.maths.attention import finite_prompt_attention, infinite_prompt_attention, tilted_moments
+from largeprompt.maths.gradients import infinite_prompt_jacobians, jacobian_sq_errors, output_jacobians
+from largeprompt.maths.measures import make_measure, toeplitz_covariance
 from tolerance import assert_within, attention_tolerance, gamma, matmul_tolerance, mc_tolerance, tilted_moments_tolerance
 
 F64 = torch.float64
@@ -129,8 +129,8 @@ def test_gradient_fluctuation_constants_match_monte_carlo():
 
     Within 5 standard errors plus an allowance of 5·const/L for the O(1/L) remainder of the limit.
     """
-    from largeprompt.attention import streaming_tilted_moments
-    from largeprompt.gradients import gaussian_jacobian_constants
+    from largeprompt.maths.attention import streaming_tilted_moments
+    from largeprompt.maths.gradients import gaussian_jacobian_constants
 
     dim, L, R = 2, 1024, 4000
     S = toeplitz_covariance(dim, 0.5)

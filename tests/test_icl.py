@@ -8,15 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from largeprompt.icl import (
-    RegressionTask,
-    infinite_prompt_risk,
-    linear_attention_fixed_point,
-    reduced_infinite_prompt_risk,
-    ridge_predictions,
-)
-from largeprompt.measures import toeplitz_covariance
-from largeprompt.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl.risks import infinite_prompt_risk, linear_attention_fixed_point, reduced_infinite_prompt_risk
+from largeprompt.icl.task import RegressionTask, ridge_predictions
+from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import assert_within, infinite_prompt_risk_abs, mc_tolerance, rounding_tolerance
 
 
@@ -181,8 +176,8 @@ def test_ridge_is_the_posterior_mean():
 
 def test_optimal_linear_attention_risk_by_monte_carlo_and_optimality():
     """R(Γ) of ŷ = x_qᵀΓm̂ (docs/theory.md#linear-attention-optimum, general τ²) against Monte Carlo; Γ* minimises it."""
-    from largeprompt.icl import linear_attention_fixed_point, linear_attention_risk, optimal_linear_attention_risk
-    from largeprompt.measures import toeplitz_covariance
+    from largeprompt.icl.risks import linear_attention_fixed_point, linear_attention_risk, optimal_linear_attention_risk
+    from largeprompt.maths.measures import toeplitz_covariance
 
     lam = toeplitz_covariance(3, 0.5).numpy()
     tau2, s2, L = 0.4, 0.3, 12

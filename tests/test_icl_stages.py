@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from largeprompt.icl import optimal_linear_attention_risk, regression_task
-from largeprompt.parquet_io import read_parquet, read_provenance
-from largeprompt.pipeline import Runtime
+from largeprompt.icl.risks import optimal_linear_attention_risk
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import read_parquet, read_provenance
+from largeprompt.io.pipeline import Runtime
 from largeprompt.stages import icl_data, infinite, train, training_summary, trajectory_gap
-from largeprompt.training import initial_parameters
 from tolerance import assert_within, eps, mc_tolerance, ode_tolerance
 
 SEED = 7
@@ -164,7 +165,7 @@ def test_train_stage_writes_every_run_and_is_reproducible(root, monkeypatch):
     assert prov["runtime"]["resolved_device"] == "cpu" and prov["runtime"]["checkpoint_every"] == 2
     assert prov["params"]["train"]["lr"] == TRAIN["lr"] and prov["params"]["prompt_length"] == 30
     # a second run of the same job: a checkpoint written on the way, then the same bytes
-    from largeprompt import trainer
+    from largeprompt.icl import trainer
 
     saved = []
     real = trainer.save_checkpoint

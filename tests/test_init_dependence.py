@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from largeprompt.classifiers import fit_stump, logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
-from largeprompt.dynamics import full_model_flow
-from largeprompt.flow_class import classify_flow
-from largeprompt.full_model_risk import full_model_risk
-from largeprompt.icl import regression_task
-from largeprompt.parquet_io import read_parquet
+from largeprompt.icl.dynamics import full_model_flow
+from largeprompt.icl.flow_class import classify_flow
+from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.maths.classifiers import fit_stump, logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
 from largeprompt.stages import init_dependence
-from largeprompt.training import initial_parameters
 from tolerance import gamma
 
 ICL = {"dim": 5, "covariance_rho": 0.5, "task_variance": 0.2, "noise_variance": 0.1}

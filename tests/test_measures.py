@@ -14,16 +14,7 @@ import pytest
 import torch
 from scipy import integrate
 
-from largeprompt.measures import (
-    Gaussian,
-    Rademacher,
-    Uniform,
-    langevin,
-    langevin_derivative,
-    log_sinhc,
-    make_measure,
-    toeplitz_covariance,
-)
+from largeprompt.maths.measures import Gaussian, Rademacher, Uniform, langevin, langevin_derivative, log_sinhc, make_measure, toeplitz_covariance
 from tolerance import (
     assert_within,
     eps,
@@ -35,11 +26,11 @@ from tolerance import (
     tilted_moments_tolerance,
 )
 
-SERIES_CUTOFF = 1e-2  # |x| below which largeprompt.measures switches to the Taylor series
+SERIES_CUTOFF = 1e-2  # |x| below which largeprompt.maths.measures switches to the Taylor series
 
 
 def langevin_tolerances(x):
-    """Float64 error bounds for (𝓛(x), 𝓛'(x), log(sinh x/x)) as computed by largeprompt.measures [same shape as x].
+    """Float64 error bounds for (𝓛(x), 𝓛'(x), log(sinh x/x)) as computed by largeprompt.maths.measures [same shape as x].
 
     Closed forms (|x| ≥ cutoff), with e = e^{−2|x|}: γ_6 times the |·| evaluation, where the rounding of e is
     amplified by e/(1 − e) in 1 − e:

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from largeprompt import models, multirun
-from largeprompt.icl import RegressionTask
-from largeprompt.measures import toeplitz_covariance
-from largeprompt.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models, multirun
+from largeprompt.icl.task import RegressionTask
+from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import sum_tolerance
 
 

@@ -50,7 +50,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_code_fingerprints_ignore_comments_and_docstrings_but_not_code(tmp_path):
-    from largeprompt.pipeline import code_fingerprint
+    from largeprompt.io.pipeline import code_fingerprint
 
     a = tmp_path / "a.py"
     a.write_text('"""Doc."""\nimport math\n\n\ndef f(x):\n    """Doc."""\n    return math.sqrt(x)  # root\n')

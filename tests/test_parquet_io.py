@@ -7,11 +7,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from largeprompt import parquet_io
-from largeprompt.devices import resolve_device
-from largeprompt.parquet_io import ResultFileError, read_parquet, read_provenance, write_parquet
-from largeprompt.pipeline import Runtime
-from largeprompt.provenance import provenance
+from largeprompt.core.devices import resolve_device
+from largeprompt.io import parquet_io
+from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance, write_parquet
+from largeprompt.io.pipeline import Runtime
+from largeprompt.io.provenance import provenance
 
 
 def _frame():

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from largeprompt.pipeline import Runtime
-from largeprompt.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
+from largeprompt.io.pipeline import Runtime
+from largeprompt.maths.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
 from largeprompt.stages.concentration import RateSettings, collect_errors, estimate_rates, prompt_length_grid, simulate_errors
 from largeprompt.stages.rate_tables import CURVE_POINTS, ERROR_METRICS, in_memory_cells, rate_rows
 from tolerance import assert_within, gamma
@@ -153,7 +153,7 @@ def test_bounded_tokens_keep_rate_one_at_large_tilt(tmp_path):
 
 def test_slope_with_one_intercept_per_seed_recovers_a_common_slope():
     """log gap = a_seed − 0.9 log L exactly: the fit returns −0.9 to rounding, whatever the seeds' intercepts."""
-    from largeprompt.rates import loglog_slope_by_group
+    from largeprompt.maths.rates import loglog_slope_by_group
 
     lengths = np.array([20, 40, 80, 160] * 3, dtype=float)
     seeds = np.repeat([1, 2, 3], 4)
@@ -171,7 +171,7 @@ def test_slope_with_one_intercept_per_seed_recovers_a_common_slope():
 
 
 def test_slope_by_group_without_spare_degrees_of_freedom_has_no_interval():
-    from largeprompt.rates import loglog_slope_by_group
+    from largeprompt.maths.rates import loglog_slope_by_group
 
     fit = loglog_slope_by_group([20, 40], [1.0, 0.5], [1, 1])
     assert fit["slope"] == pytest.approx(-1.0) and np.isnan(fit["slope_lo"])
@@ -179,7 +179,7 @@ def test_slope_by_group_without_spare_degrees_of_freedom_has_no_interval():
 
 def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp_path):
     """The stage reads the error tables cell by cell (filters, distinct keys): same rows as the table in memory."""
-    from largeprompt.parquet_io import read_parquet, write_parquet
+    from largeprompt.io.parquet_io import read_parquet, write_parquet
     from largeprompt.stages.concentration import ERROR_KEYS
 
     lengths = np.asarray(prompt_length_grid(4, 9, 1), dtype=float)
@@ -201,7 +201,7 @@ def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp
 @pytest.mark.parametrize("n_reps", [1, 2, 7, 128, 129, 1000])
 def test_bootstrap_statistics_equal_explicit_resamples(n_reps):
     """Counts-based bootstrap against materialised resamples: order statistics exactly, means within γ_R."""
-    from largeprompt.rates import bootstrap_indices, bootstrap_statistics, statistic
+    from largeprompt.maths.rates import bootstrap_indices, bootstrap_statistics, statistic
 
     rng = np.random.default_rng(n_reps)
     errors = rng.chisquare(2.0, size=(n_reps, 5))

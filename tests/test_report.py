@@ -27,7 +27,7 @@ from PIL import Image, ImageFilter
 from snakemake.utils import validate
 
 from conftest import REPO, run, snakemake_cmd
-from largeprompt.config import check_config
+from largeprompt.io.config import check_config
 from largeprompt.report import data_uri, landing_page
 
 REPORT = REPO / "workflow" / "report"

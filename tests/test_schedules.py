@@ -5,14 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from largeprompt.parquet_io import write_parquet
-from largeprompt.schedules import (
-    constant_schedule,
-    estimated_steps,
-    flow_sharpness_schedule,
-    stability_margin,
-    step_sizes,
-)
+from largeprompt.icl.schedules import constant_schedule, estimated_steps, flow_sharpness_schedule, stability_margin, step_sizes
+from largeprompt.io.parquet_io import write_parquet
 from tolerance import gamma, sum_tolerance
 
 HORIZON = 4.0
@@ -177,8 +171,8 @@ def test_train_stage_warns_about_an_unstable_constant_lr(tmp_path, capsys):
 def test_a_drifting_run_stops_at_the_step_count_of_the_longest_other_run(tmp_path):
     """Seed 0's flow drifts (its sharpness grows 50-fold): its own stable schedule is cut at the step count of seed 1,
     whose flow converges (docs/experiments.md#drifting-runs); both stay stable for their own flows."""
+    from largeprompt.icl.training import run_specs
     from largeprompt.stages.train import TrainSettings, load_flows, schedules
-    from largeprompt.training import run_specs
 
     times = np.linspace(0.0, 10.0, 101)
     write_flow(tmp_path / "f0.parquet", 0, times, 1.0 + 5.0 * times, determinant=-0.3)

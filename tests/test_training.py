@@ -7,15 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from largeprompt import models
-from largeprompt import trainer as trainer_module
-from largeprompt.icl import RegressionTask
-from largeprompt.measures import toeplitz_covariance
-from largeprompt.parquet_io import read_parquet
-from largeprompt.schedules import constant_schedule, flow_sharpness_schedule
-from largeprompt.seeding import stream_generator
-from largeprompt.trainer import PromptLengthTrainer
-from largeprompt.training import RunSpec, TrainingDiverged, batch, initial_parameters, run_specs
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models
+from largeprompt.icl import trainer as trainer_module
+from largeprompt.icl.schedules import constant_schedule, flow_sharpness_schedule
+from largeprompt.icl.task import RegressionTask
+from largeprompt.icl.trainer import PromptLengthTrainer
+from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, run_specs
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import assert_within, rounding_tolerance
 
 L, B = 20, 8

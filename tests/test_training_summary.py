@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from largeprompt.parquet_io import read_parquet, write_parquet
-from largeprompt.run_status import StatusRule, final_loss, judge, split_modes
+from largeprompt.icl.run_status import StatusRule, final_loss, judge, split_modes
+from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.stages import training_summary as ts
 from largeprompt.stages.training_summary import SummarySettings, flow_row, prompt_length_row, run_row
 from tolerance import assert_within, eps, rounding_tolerance

@@ -1,7 +1,12 @@
-"""largeprompt: softmax attention in the large-prompt regime (Boursier & Boyer, ICML 2026).
+"""largeprompt: the figure pipeline for "Softmax as Linear Attention in the Large-Prompt Regime" (Boursier & Boyer).
 
-The maths lives in small modules named after the paper's objects: ``measures`` (token
-measures and their CGFs), ``attention`` (finite, streaming and infinite-prompt attention),
-``parquet_io`` (results with provenance), ``seeding`` (counter-based generators).
+Layers, each importing only those above it in this list (docs/architecture.md#layers):
+
+* :mod:`largeprompt.core`: devices and random streams;
+* :mod:`largeprompt.kernel`: the attention kernel and its tuning;
+* :mod:`largeprompt.maths`: token measures, finite and infinite attention, their statistics;
+* :mod:`largeprompt.icl`: the §6 in-context regression model, its SGD engine and flows;
+* :mod:`largeprompt.io`: Parquet, provenance, logs and the pipeline's bookkeeping;
+* :mod:`largeprompt.stages`: one module per Snakemake rule; :mod:`largeprompt.plots`: one per figure;
+* :mod:`largeprompt.bench`, :mod:`largeprompt.cli`, :mod:`largeprompt.report`: the tools around them.
 """
-__version__ = "0.1.0"

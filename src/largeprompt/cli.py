@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 
-from .parquet_io import ResultFileError, read_parquet, read_provenance
+import pyarrow.parquet as pq
+
+from largeprompt.bench import main as bench_main
+from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
 
 
 def inspect(path: str, rows: int = 5) -> str:
     """Provenance, schema and the first rows of a result file, as text."""
-    import pyarrow.parquet as pq
-
     prov = read_provenance(path)
     frame = read_parquet(path)
     schema = pq.read_schema(path)
@@ -31,8 +32,6 @@ def main(argv=None) -> int:
     sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
-        from .bench import main as bench_main
-
         return bench_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "inspect":

@@ -2,12 +2,12 @@
 # No maths here: rules declare inputs, outputs and params, and call the library.
 import os
 
-import largeprompt.pipeline
-from largeprompt.config import ConfigError, check_config
-from largeprompt.pipeline import code_settings, settings
-from largeprompt.schedules import estimated_runtime_minutes, estimated_steps
+import largeprompt
+from largeprompt.io.config import ConfigError, check_config
+from largeprompt.io.pipeline import code_settings, settings
+from largeprompt.icl.schedules import estimated_runtime_minutes, estimated_steps
 
-LIBRARY = os.path.dirname(os.path.dirname(largeprompt.pipeline.__file__))
+LIBRARY = os.path.dirname(os.path.dirname(largeprompt.__file__))
 if os.path.realpath(LIBRARY) != os.path.realpath(os.path.join(workflow.basedir, "src")):
     raise WorkflowError(
         f"largeprompt is imported from {LIBRARY}, not from this checkout's src/: jobs would run, and reruns "

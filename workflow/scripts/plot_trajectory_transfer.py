@@ -1,4 +1,4 @@
+from largeprompt.io.runlog import run_stage
 from largeprompt.plots.trajectory_transfer import plot_trajectory_transfer
-from largeprompt.runlog import run_stage
 
 run_stage(snakemake, plot_trajectory_transfer)  # noqa: F821 (injected by Snakemake)

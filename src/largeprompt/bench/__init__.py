@@ -20,38 +20,39 @@ import argparse
 import json
 import os
 
+import torch
+
+from largeprompt.bench.attention import MEMORY_WORKERS, bench_attention
+from largeprompt.bench.attention import worker as attention_worker
+from largeprompt.bench.memory import bench_memory, bench_paper_memory
+from largeprompt.bench.paper import bench_paper, bench_paper_training
+from largeprompt.bench.pipeline import bench_pipeline
+from largeprompt.bench.slices import worker as stage_worker
+from largeprompt.bench.training import bench_engines, bench_step
+from largeprompt.bench.training import worker as training_worker
+from largeprompt.io.runlog import keep_freed_memory
+
 
 def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int, extra: dict) -> dict:
     """Run one measurement in this (fresh) process: 1 thread, allocator as in the pipeline's stages."""
-    import torch
 
-    from ..runlog import keep_freed_memory
-    from .attention import MEMORY_WORKERS
 
     torch.set_num_threads(int(extra.get("threads", 1)))
     if name not in MEMORY_WORKERS:
         keep_freed_memory()  # as in every pipeline stage (runlog.run_stage); memory workers keep glibc's default
     if name.startswith("train_"):
-        from .training import worker as training_worker
 
         return training_worker(name, extra, repeats)
     if name.startswith("stage_"):
-        from .slices import worker as stage_worker
 
         return stage_worker(name, extra)
-    from .attention import worker as attention_worker
 
     return attention_worker(name, prompt_length, dim, n_queries, repeats, extra)
 
 
 def run_benchmarks(quick: bool = False, pipeline: bool = True, pipeline_config: str | None = "config/smoke.yaml") -> int:
     """Print every bench line: attention, training, the paper training's cost and (unless skipped) the pipeline."""
-    import torch
 
-    from .attention import bench_attention
-    from .paper import bench_paper_training
-    from .pipeline import bench_pipeline
-    from .training import bench_engines, bench_step
 
     print(f"largeprompt bench — torch {torch.__version__}, {os.cpu_count()} CPUs, BLAS threads pinned to 1 per worker")
     sections = [bench_attention, bench_step, bench_engines, bench_paper_training]
@@ -95,19 +96,16 @@ def main(argv=None) -> int:
         return 0
     config = None if args.pipeline_config == "default" else args.pipeline_config
     if args.paper:
-        from .paper import bench_paper
 
         for text in bench_paper(args.cores, quick=args.quick, validate=args.validate):
             print(text, flush=True)
         return 0
     if args.memory or args.paper_memory:
-        from .memory import bench_memory, bench_paper_memory
 
         for text in bench_memory(config) if args.memory else bench_paper_memory():
             print(text, flush=True)
         return 0
     if args.pipeline_only:
-        from .pipeline import bench_pipeline
 
         for text in bench_pipeline(config):
             print(text, flush=True)

@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from largeprompt.bench import main
 
 sys.exit(main())

@@ -4,8 +4,12 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.nn.functional as F
 
-from .report import interleaved_seconds, line, peak_rss_mb, reset_peak_rss, run_worker
+from largeprompt.bench.report import interleaved_seconds, line, peak_rss_mb, reset_peak_rss, run_worker
+from largeprompt.kernel.autotune import describe_kernels, kernels_report
+from largeprompt.maths.attention import finite_prompt_attention, streaming_prompt_attention
+from largeprompt.maths.measures import Gaussian
 
 MEMORY_WORKERS = ("stream_memory", "sdpa_memory")
 
@@ -23,7 +27,6 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
     """The timed call of throughput worker ``name``: our attention, the two-pass BLAS floor or torch SDPA."""
     (prompt_length, dim), n_queries = tokens.shape, query.shape[0]
     if name == "attention":
-        from ..attention import finite_prompt_attention
 
         return lambda: finite_prompt_attention(query, tokens, U, V)
     if name == "floor":
@@ -39,7 +42,6 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
 
         return fn
     if name == "sdpa":
-        import torch.nn.functional as F
 
         q = (query @ U.T)[None, None]  # [1, 1, Q, D]
         kv = tokens[None, None]  # [1, 1, L, D]
@@ -48,9 +50,6 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
 
 
 def _stream_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
-    from ..attention import streaming_prompt_attention
-    from ..autotune import kernels_report
-    from ..measures import Gaussian
 
     measure = Gaussian(torch.zeros(dim), torch.eye(dim, dtype=torch.float64))
     query = torch.randn(n_queries, dim, dtype=torch.float64)
@@ -66,9 +65,7 @@ def _stream_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
 
 def _sdpa_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
     """The same job as stream_memory, done the usual way: draw the prompt, then SDPA."""
-    import torch.nn.functional as F
 
-    from ..measures import Gaussian
 
     measure = Gaussian(torch.zeros(dim), torch.eye(dim, dtype=torch.float64))
     query = 0.3 * torch.randn(n_queries, dim, dtype=torch.float64)
@@ -83,7 +80,6 @@ def _sdpa_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
 
 def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int, extra: dict) -> dict:
     """An attention worker: ``interleaved`` (attention, floor, SDPA in turns) or a peak-memory run."""
-    from ..autotune import kernels_report
 
     if name == "stream_memory":
         return _stream_memory(prompt_length, dim, n_queries)
@@ -100,7 +96,6 @@ def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int
 
 def bench_attention(quick: bool) -> list[str]:
     """The attention lines: throughput against the floor and SDPA, and peak memory against draw-then-SDPA."""
-    from ..autotune import describe_kernels
 
     L = 200_000 if quick else 1_000_000
     D, Q, reps = 6, 64, 3 if quick else 7

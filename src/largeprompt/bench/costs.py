@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..schedules import estimated_steps
-from ..stages.concentration import prompt_length_grid
-from .report import run_worker
-from .schedule import Job, fit_linear, predict_linear
+from largeprompt.bench.report import run_worker
+from largeprompt.bench.schedule import Job, fit_linear, predict_linear
+from largeprompt.icl.schedules import estimated_steps
+from largeprompt.stages.concentration import prompt_length_grid
 
 
 def with_values(config: dict, **dotted) -> dict:
@@ -46,7 +46,7 @@ def _sliced(rule, config, folder, sizes, settings, inputs=None):
     """Fit of the stage's CPU seconds against the work sizes; ``settings(w)`` gives the dotted overrides at w.
 
     The smallest slice runs once untimed first: a stage's first run on a machine may tune its attention kernel
-    (largeprompt.autotune), which would inflate the small slice and flatten the fitted slope.
+    (largeprompt.kernel.autotune), which would inflate the small slice and flatten the fitted slope.
     """
     timed(rule, with_values(config, **settings(min(sizes))), folder / f"{rule}_warmup", inputs)
     runs = [timed(rule, with_values(config, **settings(w)), folder / f"{rule}_{w}", inputs) for w in sizes]

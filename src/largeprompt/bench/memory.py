@@ -12,8 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .pipeline import REPO, checkout_env, fresh_copy
-from .report import run_worker
+from largeprompt.bench.costs import prepared, timed, with_values
+from largeprompt.bench.pipeline import REPO, checkout_env, fresh_copy, paper_config
+from largeprompt.bench.report import run_worker
+from largeprompt.stages.concentration import prompt_length_grid
 
 MARGIN, STEP_MB, MIN_MB = 1.5, 100, 500
 HOOK = '''import atexit, json, os, resource, sys
@@ -86,8 +88,6 @@ def bench_memory(configfile: str | None, cores: int = 1) -> list[str]:
 
 def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     """(label, {"cpu", "rss_mb"}) of the stages whose memory grows with the paper's tables, run at full paper size."""
-    from ..stages.concentration import prompt_length_grid
-    from .costs import prepared, timed, with_values
 
     b, out = config["bounds"], []
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
@@ -126,8 +126,6 @@ def _simulate_errors_table(config: dict, folder: Path, n_lengths: int) -> tuple[
     """simulate_errors with the paper's repetitions, block and chunk, its L grid as many points as the paper's
     (a denser grid to 2^13): the result table of the paper's size, at 1/128 of the streaming (measured
     separately at paper size by the slices of ``--paper``)."""
-    from ..stages.concentration import prompt_length_grid
-    from .costs import timed, with_values
 
     b, ppo = config["bounds"], config["bounds"]["points_per_octave"]
     grid = lambda ppo: prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)  # noqa: E731
@@ -143,7 +141,6 @@ def bench_paper_memory() -> list[str]:
     """Peak RSS of simulate_errors (the paper's table size), simulate_affine_limit, collect_errors, estimate_rates
     (synthetic error tables of the paper's size), the test set's stages, a training job's reading of it and
     training jobs cut to 2 steps, each at full config/paper.yaml size in its own process."""
-    from .paper import paper_config
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = _paper_runs(paper_config(), Path(tmp))

@@ -8,18 +8,16 @@ longest ready job first, in the order the DAG allows (:mod:`largeprompt.bench.sc
 """
 from __future__ import annotations
 
-import copy
 import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
-from . import costs
-from .pipeline import REPO
-from .schedule import Job, critical_path, schedule
+from largeprompt.bench import costs
+from largeprompt.bench.memory import mem_mb
+from largeprompt.bench.pipeline import paper_config
+from largeprompt.bench.schedule import Job, critical_path, schedule
 
 FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
            "balanced_flow", "training_vs_prompt_length", "trajectory_transfer")
@@ -27,25 +25,6 @@ FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("es
                  "gradient_concentration": ("estimate_rates",), "rate_exponent": ("estimate_rates",),
                  "fixed_query_bound": ("fixed_query_bounds",), "balanced_flow": ("balanced_flow",),
                  "training_vs_prompt_length": ("summarize_training",), "trajectory_transfer": ("trajectory_gap", "train")}
-
-
-def deep_merge(base: dict, overlay: dict) -> dict:
-    """``overlay`` merged into a copy of ``base``, mappings key by key (as Snakemake merges --configfile overlays)."""
-    out = copy.deepcopy(base)
-    for key, value in overlay.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            else copy.deepcopy(value)
-    return out
-
-
-def paper_config(repo: Path = REPO, overlay: str = "config/paper.yaml") -> dict:
-    """config/config.yaml with ``overlay`` merged over it, numbers read as numbers and checked by the schema."""
-    from ..config import check_config
-
-    base, extra = (yaml.safe_load((repo / name).read_text()) for name in ("config/config.yaml", overlay))
-    config = deep_merge(base, extra)
-    check_config(config, repo / "workflow" / "schemas" / "config.schema.yaml")
-    return config
 
 
 def job_overhead_seconds() -> float:
@@ -130,7 +109,6 @@ def slice_memory_lines() -> list[str]:
     """The peak RSS of each rule's timed slices, and the mem_mb it implies. For the streamed stages (prompts drawn
     chunk by chunk, repetitions in blocks) the slices run the paper's chunk and block sizes, so their peak is the
     paper job's; for the test set, bayes_risk and the error tables, ``--paper-memory`` measures at full size."""
-    from .memory import mem_mb
 
     out = [f"# peak RSS (VmHWM) of the timed slices, per rule: {'rule':<28} {'peak RSS (MB)':>14} {'mem_mb':>8}"]
     out += [f"  {rule:<56} {peak:>14.0f} {mem_mb(peak):>8}" for rule, peak in sorted(costs.SLICE_PEAKS.items())]

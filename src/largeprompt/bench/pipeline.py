@@ -1,6 +1,7 @@
 """Whole-pipeline timings: from empty, a no-op rerun and a figure-only rerun, each in a fresh copy of the repository."""
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -9,7 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .report import line
+import yaml
+
+from largeprompt.bench.report import line
+from largeprompt.io.config import check_config
 
 REPO = Path(__file__).resolve().parents[3]
 # what a fresh checkout does not have: version control, the virtualenv, every run's outputs (top level) and caches
@@ -67,3 +71,20 @@ def bench_pipeline(configfile: str | None) -> list[str]:
         line("no-op rerun (s)", noop, "s", "budget (s)", 5.0, noop / 5.0, "<=1.0"),
         line("figure-only rerun after a plot edit (s)", redraw, "s", "budget (s)", 15.0, redraw / 15.0, "<=1.0"),
     ]
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """``overlay`` merged into a copy of ``base``, mappings key by key (as Snakemake merges --configfile overlays)."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
+
+
+def paper_config(repo: Path = REPO, overlay: str = "config/paper.yaml") -> dict:
+    """config/config.yaml with ``overlay`` merged over it, numbers read as numbers and checked by the schema."""
+    base, extra = (yaml.safe_load((repo / name).read_text()) for name in ("config/config.yaml", overlay))
+    config = deep_merge(base, extra)
+    check_config(config, repo / "workflow" / "schemas" / "config.schema.yaml")
+    return config

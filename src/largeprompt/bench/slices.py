@@ -15,8 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
-from .report import peak_rss_mb
+from largeprompt.bench.report import peak_rss_mb
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.runlog import keep_freed_memory, set_threads
+from largeprompt.stages.icl_data import load_test_set as cut
 
 STAGES = {  # rule → (module, function, output names)
     "make_queries": ("largeprompt.stages.data", "make_queries", ["queries"]),
@@ -43,10 +47,7 @@ def stage_function(rule: str):
 
 def load_test_set(inputs, outputs, params, rule="load_test_set"):
     """A training job's first step: read the test set and cut it at params['prompt_length'] (float32)."""
-    import torch
 
-    from ..parquet_io import read_parquet
-    from ..stages.icl_data import load_test_set as cut
 
     return cut(read_parquet(inputs["test_set"]), int(params["prompt_length"]), dtype=torch.float32)
 
@@ -73,7 +74,6 @@ def synthetic_errors(measure: str, c: float, lengths: list[int], n_repetitions: 
 def prepare(kind: str, folder: Path, spec: dict) -> dict:
     """Write the inputs ``kind`` into ``folder``: ``queries``, ``test_set`` (by running their stages on
     spec['params']) or ``errors`` (synthetic simulate_errors files, one per (measure, c) in spec['cells'])."""
-    from ..parquet_io import write_parquet
 
     folder.mkdir(parents=True, exist_ok=True)
     if kind in ("queries", "test_set"):
@@ -93,7 +93,6 @@ def prepare(kind: str, folder: Path, spec: dict) -> dict:
 
 def run(rule: str, inputs: dict, folder: Path, params: dict) -> dict:
     """CPU seconds of ``rule``'s stage on ``inputs`` and ``params`` (outputs into ``folder``), and the peak RSS."""
-    from ..runlog import keep_freed_memory, set_threads
 
     set_threads(1)
     keep_freed_memory()

@@ -1,24 +1,29 @@
 """Training benchmarks (docs/experiments.md#training-protocol): the engine's step against its floor and the
 naive step, the stacked engine against the single-run engine, and the cost of config/paper.yaml's training.
 
-The engine is :class:`largeprompt.trainer.PromptLengthTrainer`: one step draws a batch per batch stream
-(:func:`largeprompt.training.batch`) and advances every run of that stream with
-:func:`largeprompt.multirun.loss_and_gradients` and the SGD update (``PromptLengthTrainer.advance``).
+The engine is :class:`largeprompt.icl.trainer.PromptLengthTrainer`: one step draws a batch per batch stream
+(:func:`largeprompt.icl.training.batch`) and advances every run of that stream with
+:func:`largeprompt.icl.multirun.loss_and_gradients` and the SGD update (``PromptLengthTrainer.advance``).
 The single-run engine trains the same runs one at a time, each drawing its own batch, through
-:func:`largeprompt.models.predict` and autograd.
+:func:`largeprompt.icl.models.predict` and autograd.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import torch
 
-from .. import models
-from ..devices import DTYPES
-from ..icl import regression_task
-from ..seeding import stream_generator
-from ..trainer import PromptLengthTrainer
-from ..training import batch, initial_parameters, run_specs, test_losses
-from .report import interleaved_seconds, line, run_worker
+from largeprompt.bench.report import interleaved_seconds, line, peak_rss_mb, run_worker
+from largeprompt.core.devices import DTYPES
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models
+from largeprompt.icl.multirun import RunStack
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.trainer import PromptLengthTrainer
+from largeprompt.icl.training import batch, initial_parameters, run_specs, test_losses
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.stages.icl_data import load_test_set
 
 PROMPT_LENGTH, BATCH, DIM = 1000, 128, 6
 TRAINING_SHAPE = f"L={PROMPT_LENGTH}, batch {BATCH}, D={DIM}"
@@ -107,7 +112,6 @@ def draw(prompt_length: int, dtype=torch.float32):
 
 def test_set_loss(prompt_length: int, n_prompts: int, runs=PAPER_RUNS, dtype: str = "float32"):
     """One logging pass: every run's test loss on ``n_prompts`` held-out prompts (training.test_losses)."""
-    from ..multirun import RunStack
 
     specs, dtype = run_specs(*runs), DTYPES[dtype]
     stack = RunStack.from_parameters([initial_parameters(0, s.seed, DIM, dtype=dtype) for s in specs],
@@ -121,11 +125,7 @@ def training_job_memory(extra: dict) -> dict:
 
     extra: ``section`` (a config train/transfer section), ``icl``, ``dtype``, ``prompt_length``, ``test_set`` (path).
     """
-    import time
 
-    from ..parquet_io import read_parquet
-    from ..stages.icl_data import load_test_set
-    from .report import peak_rss_mb
 
     start = time.process_time()
     section, L, dtype = extra["section"], int(extra["train_length"]), extra["dtype"]

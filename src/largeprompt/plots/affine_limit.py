@@ -4,8 +4,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 TITLES = {
     "gaussian": ("Gaussian tokens", r"limit $V(m + S\,U z_q)$: affine"),

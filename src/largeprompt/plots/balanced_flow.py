@@ -5,8 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 
 def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):

@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 BOUND_STYLE = dict(linestyle=(0, (6, 2, 1, 2)), linewidth=1.5)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..parquet_io import read_parquet
-from .style import apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import apply_style, save_figure, suptitle
 
 CLASS_COLORS = {"converges": "tab:green", "drifts": "tab:purple", "plateau": "tab:gray"}
 

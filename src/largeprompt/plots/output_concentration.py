@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ..parquet_io import read_parquet
-from .concentration import draw_concentration_row
-from .style import apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.concentration import draw_concentration_row
+from largeprompt.plots.style import apply_style, save_figure, suptitle
 
 
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):

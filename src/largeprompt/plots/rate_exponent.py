@@ -10,9 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from ..parquet_io import read_parquet
-from .concentration import METRIC_LABELS
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.concentration import METRIC_LABELS
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 MARKERS = {"output": "o", "grad_U": "s", "grad_V": "^"}
 OFFSETS = {"output": 0.96, "grad_U": 1.0, "grad_V": 1.04}  # small horizontal dodge, display only

@@ -7,8 +7,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
 OFFSET = {"softmax": 0.96, "linear": 1.04}  # runs of the two models side by side at each L

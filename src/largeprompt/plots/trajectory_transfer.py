@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..parquet_io import read_parquet
-from .style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.io.parquet_io import read_parquet
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
 
 EXPERIMENTS = {
     ("reduced_model", "softmax"): ("reduced $(v, A)$ softmax model", "tab:purple", "o"),

@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..attention import infinite_prompt_attention, streaming_prompt_attention
-from ..devices import dtype_of, resolve_device
-from ..measures import make_measure, toeplitz_covariance
-from ..parquet_io import read_parquet, write_parquet
-from ..pipeline import DEFAULT_RUNTIME, settings_from
-from ..provenance import provenance
-from ..runlog import progress
-from ..seeding import stream_generator
+from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.core.seeding import stream_generator
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.maths.attention import infinite_prompt_attention, streaming_prompt_attention
+from largeprompt.maths.measures import make_measure, toeplitz_covariance
 
 
 @dataclass(frozen=True)

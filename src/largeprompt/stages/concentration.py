@@ -20,16 +20,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..attention import streaming_tilted_moments
-from ..devices import dtype_of, resolve_device
-from ..gradients import jacobian_sq_errors
-from ..measures import make_measure
-from ..parquet_io import distinct_keys, read_parquet, write_parquet, write_parquet_parts
-from ..pipeline import DEFAULT_RUNTIME, settings_from
-from ..provenance import provenance
-from ..runlog import progress
-from ..seeding import stream_generator
-from .rate_tables import rate_rows
+from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.core.seeding import stream_generator
+from largeprompt.io.parquet_io import distinct_keys, read_parquet, write_parquet, write_parquet_parts
+from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.maths.attention import streaming_tilted_moments
+from largeprompt.maths.gradients import jacobian_sq_errors
+from largeprompt.maths.measures import make_measure
+from largeprompt.stages.rate_tables import rate_rows
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..parquet_io import write_parquet
-from ..pipeline import settings_from
-from ..provenance import provenance
+from largeprompt.io.parquet_io import write_parquet
+from largeprompt.io.pipeline import settings_from
+from largeprompt.io.provenance import provenance
 
 
 @dataclass(frozen=True)

@@ -22,23 +22,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..attention import streaming_tilted_moments
-from ..devices import dtype_of, resolve_device
-from ..fluctuations import (
-    gaussian_asymptotic_covariance,
-    gaussian_bound_terms,
-    gaussian_norm_quantiles,
-    sharp_bound,
-    simple_bound,
-)
-from ..measures import make_measure, toeplitz_covariance
-from ..parquet_io import write_parquet
-from ..pipeline import DEFAULT_RUNTIME, settings_from
-from ..provenance import provenance
-from ..rates import order_statistic_ci
-from ..runlog import progress
-from ..seeding import stream_generator
-from .concentration import prompt_length_grid
+from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.core.seeding import stream_generator
+from largeprompt.io.parquet_io import write_parquet
+from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.maths.attention import streaming_tilted_moments
+from largeprompt.maths.fluctuations import gaussian_asymptotic_covariance, gaussian_bound_terms, gaussian_norm_quantiles, sharp_bound, simple_bound
+from largeprompt.maths.measures import make_measure, toeplitz_covariance
+from largeprompt.maths.rates import order_statistic_ci
+from largeprompt.stages.concentration import prompt_length_grid
 
 
 @dataclass(frozen=True)

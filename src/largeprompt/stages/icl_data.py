@@ -12,16 +12,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..icl import (
-    RegressionTask,
-    linear_attention_fixed_point,
-    optimal_linear_attention_risk,
-    regression_task,
-    ridge_predictions,
-)
-from ..parquet_io import read_parquet, write_parquet
-from ..provenance import provenance
-from ..seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl.risks import linear_attention_fixed_point, optimal_linear_attention_risk
+from largeprompt.icl.task import RegressionTask, regression_task, ridge_predictions
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.provenance import provenance
 
 QUERY_INDEX = -1
 

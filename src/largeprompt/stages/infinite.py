@@ -16,19 +16,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import models
-from ..dynamics import balanced_flow as balanced_flow_path
-from ..dynamics import bayes_point, isotropic_flow, reduced_model_sgd
-from ..dynamics import full_model_flow as full_flow_path
-from ..flow_class import classify_flow
-from ..full_model_risk import full_model_risk
-from ..icl import RegressionTask, reduced_infinite_prompt_risk, regression_task
-from ..measures import toeplitz_covariance
-from ..parquet_io import write_parquet
-from ..pipeline import settings_from
-from ..provenance import provenance
-from ..runlog import progress
-from ..training import initial_parameters
+from largeprompt.icl import models
+from largeprompt.icl.dynamics import balanced_flow as balanced_flow_path
+from largeprompt.icl.dynamics import bayes_point, isotropic_flow, reduced_model_sgd
+from largeprompt.icl.dynamics import full_model_flow as full_flow_path
+from largeprompt.icl.flow_class import classify_flow
+from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.risks import reduced_infinite_prompt_risk
+from largeprompt.icl.task import RegressionTask, regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import write_parquet
+from largeprompt.io.pipeline import settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.maths.measures import toeplitz_covariance
 
 
 def flow_times(horizon: float, n_points: int) -> np.ndarray:

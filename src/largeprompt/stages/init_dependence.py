@@ -2,7 +2,7 @@
 (docs/experiments.md#init_dependence, docs/theory.md#drifting-flows).
 
 * :func:`simulate_init_dependence`: the flow of every init seed 0 … n−1 to 2T, classified at T and at 2T by
-  :func:`largeprompt.flow_class.classify_flow`, with quantities computable at init and along the flow.
+  :func:`largeprompt.icl.flow_class.classify_flow`, with quantities computable at init and along the flow.
 * :func:`summarize_init_dependence`: the fraction of each class with its Wilson interval, and the
   cross-validated accuracy of each predictor of drift against the majority baseline.
 """
@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import models
-from ..classifiers import logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
-from ..dynamics import integrate_flow
-from ..flow_class import FLOW_CLASSES, classify_flow
-from ..full_model_risk import FullModelRisk, full_model_risk
-from ..icl import regression_task
-from ..parquet_io import read_parquet, write_parquet
-from ..pipeline import settings_from
-from ..provenance import provenance
-from ..runlog import progress
-from ..training import initial_parameters
+from largeprompt.icl import models
+from largeprompt.icl.dynamics import integrate_flow
+from largeprompt.icl.flow_class import FLOW_CLASSES, classify_flow
+from largeprompt.icl.full_model_risk import FullModelRisk, full_model_risk
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.pipeline import settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.maths.classifiers import logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
 
 # What could predict a flow's class, computed from its initial weights (docs/experiments.md#init_dependence).
 INIT_FEATURES = ("u_y", "readout_share", "readout_determinant", "full_rank_drive", "rank_one_drive", "route_ratio",

@@ -31,8 +31,10 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from ..fluctuations import random_query_mean_trace_c
-from ..rates import (
+from largeprompt.core.seeding import stream_seed
+from largeprompt.io.runlog import progress
+from largeprompt.maths.fluctuations import random_query_mean_trace_c
+from largeprompt.maths.rates import (
     STATISTICS,
     bootstrap_indices,
     bootstrap_statistics,
@@ -45,8 +47,6 @@ from ..rates import (
     statistic,
     upper_half,
 )
-from ..runlog import progress
-from ..seeding import stream_seed
 
 ERROR_METRICS = {"output": "output_sq_error", "grad_U": "grad_U_sq_error", "grad_V": "grad_V_sq_error"}
 CURVE_POINTS = 200  # c values of the exponent curves

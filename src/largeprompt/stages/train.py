@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..devices import dtype_of, resolve_device
-from ..flow_class import classify_flow
-from ..icl import regression_task
-from ..parquet_io import read_parquet, write_parquet
-from ..pipeline import DEFAULT_RUNTIME, settings_from
-from ..provenance import provenance
-from ..run_status import StatusRule, final_loss, judge, readout
-from ..runlog import progress
-from ..schedules import Decay, stability_margin, step_sizes
-from ..trainer import PromptLengthTrainer
-from ..training import run_specs
-from .icl_data import linear_optimum_errors, load_test_set
+from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.icl.flow_class import classify_flow
+from largeprompt.icl.run_status import StatusRule, final_loss, judge, readout
+from largeprompt.icl.schedules import Decay, stability_margin, step_sizes
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.trainer import PromptLengthTrainer
+from largeprompt.icl.training import run_specs
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
+from largeprompt.io.provenance import provenance
+from largeprompt.io.runlog import progress
+from largeprompt.stages.icl_data import linear_optimum_errors, load_test_set
 
 
 @dataclass(frozen=True)

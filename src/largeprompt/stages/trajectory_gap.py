@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..dynamics import full_model_flow
-from ..icl import regression_task
-from ..parquet_io import read_parquet, write_parquet
-from ..provenance import provenance
-from ..rates import loglog_slope_by_group
-from ..training import initial_parameters
+from largeprompt.icl.dynamics import full_model_flow
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import read_parquet, write_parquet
+from largeprompt.io.provenance import provenance
+from largeprompt.maths.rates import loglog_slope_by_group
 
 KEYS = ["model", "prompt_length", "seed"]
 

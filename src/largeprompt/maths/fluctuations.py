@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from .measures import TokenMeasure
+from largeprompt.maths.measures import TokenMeasure
 
 
 def tilt_concentration(a: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:

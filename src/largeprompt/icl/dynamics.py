@@ -15,10 +15,11 @@ import torch
 from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
 
-from . import models
-from .full_model_risk import full_model_risk
-from .icl import RegressionTask, reduced_infinite_prompt_risk
-from .seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models
+from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.risks import reduced_infinite_prompt_risk
+from largeprompt.icl.task import RegressionTask
 
 
 def integrate_flow(gradient: Callable, hessian: Callable, theta0, times, rtol: float = 1e-9, atol: float = 1e-11):
@@ -59,7 +60,7 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
 
 def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11):
     """Gradient flow on the closed-form R∞(Q, K, V, O) (docs/theory.md#full-model-infinite-prompt-risk) from
-    ``params0``, with its exact gradient and Hessian (:mod:`largeprompt.full_model_risk`): (θ [T, P], R∞ [T])."""
+    ``params0``, with its exact gradient and Hessian (:mod:`largeprompt.icl.full_model_risk`): (θ [T, P], R∞ [T])."""
     risk = full_model_risk(task)
     theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
     thetas = integrate_flow(risk.gradient, risk.hessian, theta0, times, rtol, atol)

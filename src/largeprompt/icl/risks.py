@@ -1,77 +1,14 @@
-"""In-context linear regression: the task, its closed-form risks and the Bayes risk
-(docs/theory.md#icl-task, docs/theory.md#bayes-risk, docs/theory.md#reduced-infinite-prompt-risk).
-
-Tokens z = (x, y) ∈ R^D, D = d + 1, with x ~ N(0, Λ), y = βᵀx + σε, β ~ N(0, τ² I) per prompt.
-The query token is z_q = (x_q, 0) and its target is y_q = βᵀx_q + σε_q (docs/theory.md#icl-task).
-
-Implemented as stated in docs/theory.md#icl-task. The authors' public generator differs
-(docs/experiments.md#authors-data-generator): it applies the
-covariance to the prompt x twice and never to x_q; we apply Λ once to every x, query included.
-"""
+"""Closed-form risks of the in-context regression task: R∞ of the §6 model and of the reduced model, the finite-L
+correction and the valley optimum, and the best linear-attention risk R(Γ*) (docs/theory.md#full-model-infinite-prompt-risk,
+docs/theory.md#reduced-infinite-prompt-risk, docs/theory.md#finite-prompt-correction, docs/theory.md#valley-optimum,
+docs/theory.md#linear-attention-optimum)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.optimize import minimize_scalar
 
-from .measures import toeplitz_covariance
-
-
-class RegressionTask:
-    """The in-context regression task (docs/theory.md#icl-task): Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
-
-    def __init__(self, covariance, task_variance: float, noise_variance: float):
-        self.covariance = torch.as_tensor(covariance, dtype=torch.float64, device="cpu")  # Λ [d, d], host copy
-        self.task_variance = float(task_variance)  # τ²
-        self.noise_variance = float(noise_variance)  # σ²
-        self.dim = self.covariance.shape[0]  # d
-        self.token_dim = self.dim + 1  # D
-        self._chol = torch.linalg.cholesky(self.covariance)  # Λ = C Cᵀ
-        self._templates = {}
-
-    def _transform_parts(self, batch: int, dtype, device):
-        """C in ``dtype`` and a fresh T_β [B, D, D] with its β-free blocks (Cᵀ and σ) filled: a copy of a cached template."""
-        key = (batch, dtype, str(device))
-        if key not in self._templates:
-            d = self.dim
-            chol = self._chol.to(dtype=dtype, device=device)
-            template = torch.zeros(batch, d + 1, d + 1, dtype=dtype, device=device)
-            template[:, :d, :d] = chol.T
-            template[:, d, d] = self.noise_variance**0.5
-            self._templates = {key: (chol, template)}  # one shape at a time: training draws one batch size
-        chol, template = self._templates[key]
-        return chol, template.clone()
-
-    def sample(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
-        """Draw ``batch`` prompts: (query_tokens [B, D], prompt_tokens [B, L, D], targets [B])."""
-        return self.sample_with_tasks(batch, prompt_length, generator, dtype, device)[:3]
-
-    def sample_with_tasks(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
-        """As :meth:`sample`, also returning the task vectors β [B, d].
-
-        One randn call g for the L + 1 tokens and their noise (the [B, L+1, D] floor), one for β, then a
-        single batched product z = g T_β with T_β = [[Cᵀ, Cᵀβ], [0, σ]] (Λ = C Cᵀ): x = C g_x and
-        y = βᵀx + σ g_y in one pass, written straight into the token layout (x, y). The prompt is a
-        [B, L, D] view of feature-major storage (strides (D(L+1), 1, L+1)).
-        """
-        d, L = self.dim, int(prompt_length)
-        g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, D]
-        beta = torch.randn(batch, d, generator=generator, dtype=dtype, device=device) * self.task_variance**0.5  # [B, d]
-        chol, transform = self._transform_parts(batch, dtype, device)  # C [d, d]; T_β [B, D, D] without Cᵀβ
-        transform[:, :d, d] = beta @ chol  # Cᵀβ
-        # [B, L+1, D] rows (x, y), stored feature-major ([B, D, L+1]): the product with a wide output is the one
-        # BLAS runs fast (6x faster than g @ T_β with MKL on an AMD EPYC), and so are the step's two passes over it
-        tokens = (transform.mT @ g.mT).mT
-        prompt = tokens[:, :L]  # [B, L, D] (a view)
-        query = tokens[:, L].clone()  # [B, D]
-        target = query[:, d].clone()  # [B]  y_q = βᵀx_q + σε_q
-        query[:, d] = 0.0  # z_q = (x_q, 0)
-        return query, prompt, target, beta
-
-
-def regression_task(icl: dict) -> RegressionTask:
-    """The task of config section ``icl``: Λ_ij = covariance_rho^|i−j| in ``dim`` dimensions, τ², σ²."""
-    cov = toeplitz_covariance(int(icl["dim"]), float(icl["covariance_rho"]), dtype=torch.float64)
-    return RegressionTask(cov, icl["task_variance"], icl["noise_variance"])
+from largeprompt.icl.task import RegressionTask
 
 
 def infinite_prompt_risk(task: RegressionTask, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
@@ -159,8 +96,6 @@ def valley_optimum(covariance, task_variance: float, noise_variance: float) -> t
 
     The softmax model's best risk at prompt length L is then σ² + f(α*)/L + o(1/L).
     """
-    from scipy.optimize import minimize_scalar
-
     edge = 2.0**-0.5
     res = minimize_scalar(lambda a: valley_correction(a, covariance, task_variance, noise_variance),
                           bounds=(1e-3, edge * (1 - 1e-6)), method="bounded", options={"xatol": 1e-10})
@@ -195,15 +130,3 @@ def optimal_linear_attention_risk(covariance, task_variance: float, noise_varian
     """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (docs/theory.md#linear-attention-optimum)."""
     gamma = linear_attention_fixed_point(covariance, task_variance, noise_variance, prompt_length)
     return linear_attention_risk(gamma, covariance, task_variance, noise_variance, prompt_length)
-
-
-def ridge_predictions(query: torch.Tensor, prompt: torch.Tensor, ridge: float) -> torch.Tensor:
-    """Posterior-mean (ridge, λ = σ²/τ²) predictions x_qᵀ(XᵀX + λI)⁻¹Xᵀy, the Bayes predictor (docs/theory.md#bayes-risk).
-
-    query [B, D], prompt [B, L, D] → [B].
-    """
-    X, y = prompt[..., :-1], prompt[..., -1]  # [B, L, d], [B, L]
-    d = X.shape[-1]
-    gram = X.transpose(-1, -2) @ X + ridge * torch.eye(d, dtype=X.dtype, device=X.device)  # [B, d, d]
-    beta_hat = torch.linalg.solve(gram, (X.transpose(-1, -2) @ y.unsqueeze(-1)))  # [B, d, 1]
-    return (query[:, None, :-1] @ beta_hat).reshape(-1)  # [B]

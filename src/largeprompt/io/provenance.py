@@ -6,8 +6,10 @@ import importlib.metadata
 import os
 import platform
 import subprocess
-import sys
 from pathlib import Path
+
+from largeprompt.core.devices import resolve_device
+from largeprompt.kernel.autotune import kernels_used
 
 TRACKED_PACKAGES = ("largeprompt", "numpy", "torch", "pandas", "pyarrow", "scipy", "snakemake")
 
@@ -60,12 +62,7 @@ def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_see
     if run_seeds is not None:
         record["run_seeds"] = [int(s) for s in run_seeds]
     if runtime is not None:
-        from .devices import resolve_device
-
         settings = {k: v for k, v in runtime.__dict__.items() if v is not None}
         record["runtime"] = dict(settings, resolved_device=str(resolve_device(runtime.device)))
-    # The attention kernels this process used (they set the round-off; largeprompt.autotune fixes them per
-    # machine). Looked up, not imported: a stage that never ran the attention kernel does not depend on it.
-    autotune = sys.modules.get("largeprompt.autotune")
-    record["attention_kernels"] = autotune.kernels_used() if autotune is not None else {}
+    record["attention_kernels"] = kernels_used()  # they set the round-off (largeprompt.kernel.autotune); {} if none ran
     return record

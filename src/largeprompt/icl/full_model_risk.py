@@ -1,12 +1,12 @@
 """R∞ of the §6 Q/K/V/O model with its exact gradient and Hessian, batched in numpy
 (docs/theory.md#full-model-infinite-prompt-risk, docs/theory.md#risk-derivatives).
 
-The gradient flows of R∞ (:mod:`largeprompt.dynamics`) and their sharpness call these many thousand
+The gradient flows of R∞ (:mod:`largeprompt.icl.dynamics`) and their sharpness call these many thousand
 times on 114 parameters, where torch's per-call overhead would dominate: here the gradient is the
 chain rule written out (θ → (U, u) → (c₀, C₁, c₂) → R∞), and the Hessian is the complex-step
 derivative of that gradient, ∇²R e_j = Im ∇R(θ + i h e_j)/h, exact to rounding because ∇R is a
 polynomial in θ (no subtraction, so no cancellation, for any tiny h). Every function takes θ with any
-leading batch shape [..., P], P = 3D² + D, in the order of :func:`largeprompt.models.flatten`.
+leading batch shape [..., P], P = 3D² + D, in the order of :func:`largeprompt.icl.models.flatten`.
 """
 from __future__ import annotations
 
@@ -110,5 +110,5 @@ class FullModelRisk:
 
 
 def full_model_risk(task) -> FullModelRisk:
-    """The :class:`FullModelRisk` of a :class:`largeprompt.icl.RegressionTask`."""
+    """The :class:`FullModelRisk` of a :class:`largeprompt.icl.task.RegressionTask`."""
     return FullModelRisk(task.covariance.numpy(), task.task_variance, task.noise_variance)

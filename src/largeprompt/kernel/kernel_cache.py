@@ -1,4 +1,4 @@
-"""The per-machine cache file of :mod:`largeprompt.autotune`: its path, an exclusive lock, and atomic reads and writes.
+"""The per-machine cache file of :mod:`largeprompt.kernel.autotune`: its path, an exclusive lock, and atomic reads and writes.
 
 ``$XDG_CACHE_HOME/largeprompt/attention_kernels.json`` (``~/.cache/largeprompt``) holds
 ``{"format": CACHE_FORMAT, "machines": {machine key: {regime key: entry}}}``; a file of another format,

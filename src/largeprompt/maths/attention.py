@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .measures import TokenMeasure
-from .tilted_moments import TiltedMoments
+from largeprompt.kernel.autotune import TunedMoments
+from largeprompt.maths.measures import TokenMeasure
 
 DEFAULT_CHUNK_SIZE = 65_536
 
@@ -31,7 +31,7 @@ def _validate_prefixes(prefix_lengths: Sequence[int] | None, prompt_length: int)
     return prefixes
 
 
-def _absorb_with_prefixes(acc: TiltedMoments, chunks: Iterator[torch.Tensor], prefixes: list[int], second_moment: bool):
+def _absorb_with_prefixes(acc: TunedMoments, chunks: Iterator[torch.Tensor], prefixes: list[int], second_moment: bool):
     """Feed chunks into ``acc`` and snapshot the moments whenever a prefix length is reached."""
     means, covs = [], []
     pending = iter(prefixes)
@@ -82,7 +82,7 @@ def tilted_moments(tilt: torch.Tensor, tokens: torch.Tensor, *, chunk_size: int 
     Returns (mean [..., D], cov or None) or, with ``prefix_lengths``, stacked [P, ...] tensors.
     """
     prefixes = _validate_prefixes(prefix_lengths, tokens.shape[-2])
-    acc = TiltedMoments(tilt, second_moment)
+    acc = TunedMoments(tilt, second_moment)
     means, covs = _absorb_with_prefixes(acc, _token_chunks(tokens, chunk_size), prefixes, second_moment)
     if prefix_lengths is None:
         return means[0], (covs[0] if second_moment else None)
@@ -111,7 +111,7 @@ def streaming_tilted_moments(
     batch_shape = tuple(tilt.shape[:-1]) if independent_prompts else ()
     batch_shape = tuple(prompt_batch_shape) if prompt_batch_shape is not None else batch_shape
     chunks = prompt_chunks(measure, prefixes[-1], generator, chunk_size, batch_shape)
-    acc = TiltedMoments(tilt, second_moment)
+    acc = TunedMoments(tilt, second_moment)
     means, covs = _absorb_with_prefixes(acc, chunks, prefixes, second_moment)
     if prefix_lengths is None:
         return means[0], (covs[0] if second_moment else None)

@@ -1,7 +1,7 @@
 """The streaming accumulator behind every finite-prompt attention: softmax-weighted token moments (docs/theory.md#jacobians).
 
-Used through :mod:`largeprompt.attention`; how it runs (:class:`AttentionKernel`: tile size, storage
-order, base of the exponential) comes from :mod:`largeprompt.autotune`.
+Used through :mod:`largeprompt.maths.attention`; how it runs (:class:`AttentionKernel`: tile size, storage
+order, base of the exponential) comes from :mod:`largeprompt.kernel.autotune`.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class TiltedMoments:
     [n, l, R] (n = prompts), so the hot loop is GEMM (the shift −r rides on the ones column) →
     in-place exp or exp2 → one GEMM accumulating all of S. Scores, rows and S are stored in the
     ``kernel``'s order (:class:`AttentionKernel`; default: the machine's choice,
-    :func:`largeprompt.autotune.attention_kernel`). A block whose weights overflow (checked once per
+    :class:`largeprompt.kernel.autotune.TunedMoments`). A block whose weights overflow (checked once per
     update) is redone tile by tile, rebasing r to the tile max (log-sum-exp), so scores of ±10⁴
     neither overflow nor underflow.
     """
@@ -79,6 +79,11 @@ class TiltedMoments:
         self._flat_tilt = self._scaled_tilt = self._shifted_tilt = None  # a, c·a [n, q, D]; [c·a, −r] [n, q, D + 1]
         self._batch = self._out_batch = None
         self._rows = self._weights_buffer = None  # [n, W, R] and [n, q, W], W = the tile in tokens
+
+    def choose_kernel(self, queries: int, prompts: int, dim: int, dtype, device) -> AttentionKernel:
+        """The kernel for this shape when none was given: a subclass chooses it
+        (:class:`largeprompt.kernel.autotune.TunedMoments`, the machine's choice)."""
+        raise TypeError("TiltedMoments needs a kernel; use largeprompt.kernel.autotune.TunedMoments for the machine's choice")
 
     @property
     def _token_major(self) -> bool:
@@ -103,10 +108,8 @@ class TiltedMoments:
             self._batch, self._out_batch = batch, (*batch, *queries)
             self._flat_tilt = a.expand(*batch, *queries, dim).reshape(math.prod(batch), -1, dim)
         if self.kernel is None:
-            from .autotune import attention_kernel
-
             n, q = self._flat_tilt.shape[:2]
-            self.kernel = attention_kernel(q, n, dim, self.second_moment, tokens.dtype, tokens.device)
+            self.kernel = self.choose_kernel(q, n, dim, tokens.dtype, tokens.device)
         if self._scaled_tilt is None:
             self._scaled_tilt = self._flat_tilt * LOG2_E if self.kernel.base2 else self._flat_tilt
         return tokens.expand(*self._batch, *tokens.shape[-2:]).reshape(-1, *tokens.shape[-2:])

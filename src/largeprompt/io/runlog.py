@@ -5,6 +5,7 @@ A Snakemake script calls :func:`run_stage`; by hand, call the stage function dir
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import inspect
 import sys
 import time
@@ -14,8 +15,8 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm import tqdm
 
-from .parquet_io import ResultFileError, plain
-from .pipeline import Runtime, stage_params
+from largeprompt.io.parquet_io import ResultFileError, plain
+from largeprompt.io.pipeline import Runtime, stage_params
 
 
 @contextlib.contextmanager
@@ -55,8 +56,6 @@ def keep_freed_memory() -> bool:
     Returns whether the settings took effect.
     """
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6")
         M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
         return bool(libc.mallopt(M_MMAP_THRESHOLD, 256 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))

@@ -1,5 +1,5 @@
 """The training loop of one prompt length: all runs, stacked, with logging, divergence and checkpoints
-(docs/experiments.md#training-protocol; the pieces are in :mod:`largeprompt.training`)."""
+(docs/experiments.md#training-protocol; the pieces are in :mod:`largeprompt.icl.training`)."""
 from __future__ import annotations
 
 import hashlib
@@ -11,19 +11,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import multirun
-from .devices import DTYPES
-from .icl import RegressionTask
-from .training import (
-    RunSpec,
-    TrainingDiverged,
-    batch,
-    initial_parameters,
-    load_checkpoint,
-    log_row,
-    save_checkpoint,
-    test_losses,
-)
+from largeprompt.core.devices import DTYPES
+from largeprompt.icl import multirun
+from largeprompt.icl.task import RegressionTask
+from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, load_checkpoint, log_row, save_checkpoint, test_losses
 
 
 class PromptLengthTrainer:

@@ -1,11 +1,11 @@
 """Plain-SGD training of the §6 model: every (model, seed) run at one prompt length in one process
 (docs/experiments.md#training-protocol).
 
-Runs are stacked (:mod:`largeprompt.multirun`) and advance together, one step at a time. Batch k of
+Runs are stacked (:mod:`largeprompt.icl.multirun`) and advance together, one step at a time. Batch k of
 batch stream j is drawn from the counter-based stream (base_seed, "train/batch", j, k): softmax and
 linear runs, and all seeds, share stream 0 (common random numbers); a ``replicate`` run repeats a
 seed on an independent stream, which measures the SGD-noise part of the spread. Each run has its
-own step sizes (:mod:`largeprompt.schedules`) and clock t = Σ lr; it logs a row whenever its clock
+own step sizes (:mod:`largeprompt.icl.schedules`) and clock t = Σ lr; it logs a row whenever its clock
 passes a point of the grid T·j/n_log. Plain SGD has no optimiser state, so the weights, the step and
 the logged rows are the whole state, and a job resumes bit-identically from its checkpoint.
 """
@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import models, multirun
-from .icl import RegressionTask, infinite_prompt_risk
-from .seeding import stream_generator
+from largeprompt.core.seeding import stream_generator
+from largeprompt.icl import models, multirun
+from largeprompt.icl.risks import infinite_prompt_risk
+from largeprompt.icl.task import RegressionTask
 
 
 class TrainingDiverged(RuntimeError):

@@ -10,7 +10,7 @@ A run's status follows from its own outcome, compared within its (model, L):
   ``readout_fraction`` times that of the best run (it never left the plateau), else ``worse equilibrium``;
 * ``ok`` otherwise.
 
-The flow of the run's initial weights (:mod:`largeprompt.flow_class`) explains a status; it never decides it.
+The flow of the run's initial weights (:mod:`largeprompt.icl.flow_class`) explains a status; it never decides it.
 """
 from __future__ import annotations
 

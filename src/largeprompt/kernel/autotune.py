@@ -1,6 +1,6 @@
-"""Per-machine choice of the streaming-attention kernel (:class:`largeprompt.tilted_moments.AttentionKernel`).
+"""Per-machine choice of the streaming-attention kernel (:class:`largeprompt.kernel.tilted_moments.AttentionKernel`).
 
-The hot loop of :class:`largeprompt.tilted_moments.TiltedMoments` (GEMM → exp → GEMM over a tile of
+The hot loop of :class:`largeprompt.kernel.tilted_moments.TiltedMoments` (GEMM → exp → GEMM over a tile of
 scores) has three knobs whose best setting depends on the machine: the tile size (per-tile Python
 overhead against cache misses: the cache hierarchy), the storage order of scores and sums (which
 GEMM shapes the BLAS runs fastest) and the base of the exponential (torch's exp2 is 1.7× slower than
@@ -23,20 +23,21 @@ cache keeps fixed across runs and the provenance of every Parquet file records
 (``attention_kernels``, :func:`kernels_used`; set the variable to a recorded value to run that kernel).
 Deleting the cache may retune to another kernel: same results up to round-off, not the same bits.
 Streaming chunk sizes are not tuned: a streamed prompt's chunk size fixes its random stream
-(:func:`largeprompt.attention.prompt_chunks`), so it is a config value.
+(:func:`largeprompt.maths.attention.prompt_chunks`), so it is a config value.
 """
 from __future__ import annotations
 
 import math
 import os
+import platform
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
-from .kernel_cache import CACHE_FORMAT, cache_file, locked, read_cache, write_cache  # noqa: F401 (re-exported)
-from .tilted_moments import AttentionKernel, TiltedMoments
+from largeprompt.kernel.kernel_cache import cache_file, locked, read_cache, write_cache
+from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
 
 ENV_KERNEL = "LARGEPROMPT_ATTENTION_KERNEL"
 KERNEL_REVISION = 4  # bump when TiltedMoments' hot loop changes: kernels tuned for an older loop are then retuned
@@ -59,8 +60,6 @@ def cpu_model() -> str:
                     return row.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or platform.machine() or "unknown"
 
 
@@ -260,3 +259,10 @@ def describe_kernels(report: dict, queries: int) -> str:
         tokens = max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)
         parts.append(f"{key}: {text} ({tokens} tokens; {report['kernel_sources'].get(key, '?')})")
     return f"(attention kernel {'; '.join(parts) or 'not used'}; cache {cache_file()}; override {ENV_KERNEL})"
+
+
+class TunedMoments(TiltedMoments):
+    """:class:`TiltedMoments` with the machine's kernel (:func:`attention_kernel`) unless one is given."""
+
+    def choose_kernel(self, queries: int, prompts: int, dim: int, dtype, device) -> AttentionKernel:
+        return attention_kernel(queries, prompts, dim, self.second_moment, dtype, device)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .measures import TokenMeasure
+from largeprompt.maths.measures import TokenMeasure
 
 
 def output_jacobians(mean: torch.Tensor, cov: torch.Tensor, query: torch.Tensor, value_matrix: torch.Tensor):

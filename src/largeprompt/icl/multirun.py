@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import models
+from largeprompt.icl import models
 
 BLOCK_ELEMENTS = 1 << 22  # the rows of one block of prompts, [block, 2R, L], hold at most this many numbers
 
