@@ -13,22 +13,41 @@ include: "workflow/rules/common.smk"
 
 
 # The report's landing page shows every figure with its caption (src/largeprompt/report.py).
+from largeprompt.io.pipeline import PRODUCERS_ENV, producer_patterns
 from largeprompt.report import landing_page
 
 
 report: landing_page("workflow/report/workflow.rst")
 
 
-include: "workflow/rules/data.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/infinite.smk"
 include: "workflow/rules/affine_limit.smk"
 include: "workflow/rules/concentration.smk"
-include: "workflow/rules/bounds.smk"
+include: "workflow/rules/fixed_query_bound.smk"
+include: "workflow/rules/icl.smk"
+include: "workflow/rules/infinite.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/init_dependence.smk"
+include: "workflow/rules/transfer.smk"
 include: "workflow/rules/figures.smk"
 
 
+# With --cache (SHARE), the shared rules keep no benchmark record: Snakemake cannot time a job it fetches.
+if SHARE:
+    for shared in workflow.rules:
+        if shared.cache and shared.cache.output:
+            shared._benchmark = None
+
+
+# Which rule makes which result file, for the one-line message of a job that meets a missing or corrupt input
+# (largeprompt.io.parquet_io.producing_rule): derived from the rules above, passed to the jobs' environment.
+os.environ[PRODUCERS_ENV] = producer_patterns(
+    (r.name, [str(f) for f in r.output]) for r in workflow.rules
+)
+
+
+# Every figure and every result file: a plain `snakemake` rebuilds any missing one, whatever exists downstream.
 rule all:
     default_target: True
     input:
         expand(figures("{name}.{ext}"), name=FIGURES, ext=["pdf", "png"]),
+        result_files(workflow.rules),

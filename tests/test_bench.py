@@ -9,7 +9,7 @@ import pytest
 
 from largeprompt.bench import costs, memory, paper, pipeline, report, schedule, slices
 from largeprompt.bench.schedule import Job
-from largeprompt.stages.concentration import ERROR_KEYS, prompt_length_grid
+from largeprompt.maths.concentration import ERROR_KEYS, prompt_length_grid
 from tolerance import rounding_tolerance
 
 

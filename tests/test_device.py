@@ -118,7 +118,7 @@ def _run_stages(tmp_path):
         runtime=CPU,
     )
     out["errors"] = pd.read_parquet(tmp_path / "e.parquet")
-    fixed_query_bounds.simulate_fixed_query_bounds(
+    fixed_query_bounds.simulate_fixed_query_bound(
         {}, {"result": tmp_path / "f.parquet"},
         {"seed": 1, "dtype": "float64", "bounds": {"chunk_size": 16, "ci_level": 0.95, "fixed_query": dict(
             dim=2, rho=0.5, kappas=[0.25], log2_min_prompt_length=3, log2_max_prompt_length=6, n_repetitions=40,

@@ -19,7 +19,7 @@ from largeprompt.maths.fluctuations import (
     random_query_mean_trace_c,
 )
 from largeprompt.maths.measures import make_measure, toeplitz_covariance
-from largeprompt.stages.fixed_query_bounds import simulate_fixed_query_bounds
+from largeprompt.stages.simulate_fixed_query_bound import simulate_fixed_query_bound
 from tolerance import assert_within, gamma, mc_tolerance
 
 F64 = torch.float64
@@ -135,7 +135,7 @@ def test_rigorous_bound_holds_at_its_confidence(tmp_path):
                        n_repetitions=3000, repetition_block=1000, deltas=[0.1, 0.01], n_limit_law_draws=20000)
     params = dict(seed=11, dtype="float64", bounds=dict(chunk_size=1024, ci_level=0.95, fixed_query=fixed_query))
     out = tmp_path / "fq.parquet"
-    simulate_fixed_query_bounds({}, {"result": str(out)}, params, runtime=Runtime(device="cpu"))
+    simulate_fixed_query_bound({}, {"result": str(out)}, params, runtime=Runtime(device="cpu"))
     frame = pd.read_parquet(out)
     n = fixed_query["n_repetitions"]
     slack = mc_tolerance(np.sqrt(frame["delta"] * (1 - frame["delta"]) / n), z=4)

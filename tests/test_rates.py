@@ -5,9 +5,12 @@ import pandas as pd
 import pytest
 
 from largeprompt.io.pipeline import Runtime
+from largeprompt.maths.concentration import ERROR_KEYS, prompt_length_grid
+from largeprompt.maths.rate_tables import CURVE_POINTS, ERROR_METRICS, TABLES, in_memory_cells, rate_tables
 from largeprompt.maths.rates import fit_paper_form, local_exponents, loglog_exponent, predicted_exponent, upper_half
-from largeprompt.stages.concentration import RateSettings, collect_errors, estimate_rates, prompt_length_grid, simulate_errors
-from largeprompt.stages.rate_tables import CURVE_POINTS, ERROR_METRICS, in_memory_cells, rate_rows
+from largeprompt.stages.collect_concentration_errors import collect_concentration_errors
+from largeprompt.stages.estimate_concentration_rates import RateSettings, estimate_concentration_rates
+from largeprompt.stages.simulate_concentration_errors import simulate_concentration_errors
 from tolerance import assert_within, gamma
 
 CPU = Runtime(device="cpu")
@@ -64,50 +67,60 @@ def _synthetic_errors(c_values, lengths, reps=20):
     return pd.concat(frames, ignore_index=True)
 
 
-def test_figure_curves_are_rows_of_the_rate_table():
+def test_figure_curves_are_rows_of_the_rate_tables():
     """The curves the figures draw are written by the stage (docs/experiments.md#output_concentration,
     docs/experiments.md#rate_exponent), checked against their closed forms (rounding bounds from eps)."""
     lengths = np.asarray(prompt_length_grid(4, 10, 1), dtype=float)
     cfg = RateSettings(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
-    rates = rate_rows(*in_memory_cells(_synthetic_errors([0.25, 0.5, 1.0], lengths)), cfg, seed=1)
-    stats = rates[rates["quantity"] == "error_statistic"].set_index(["metric", "c", "statistic", "prompt_length"])["estimate"]
-    guides = rates[rates["quantity"] == "predicted_rate_guide"]
+    tables = rate_tables(*in_memory_cells(_synthetic_errors([0.25, 0.5, 1.0], lengths)), cfg, seed=1)
+    assert set(tables) == set(TABLES)
+    stats = tables["error_statistics"].set_index(["metric", "c", "statistic", "prompt_length"])["estimate"]
+    assert pd.api.types.is_integer_dtype(tables["error_statistics"]["prompt_length"])
+    guides, exponents = tables["rate_guides"], tables["exponents"].set_index(["metric", "c", "statistic"])
     assert len(guides) == 3 * 3 * 2 * (len(lengths) - len(lengths) // 2)  # metric × c × (mean, median) × fitted L
     for (metric, c, stat), guide in guides.groupby(["metric", "c", "statistic"]):
         guide = guide.sort_values("prompt_length")
         start = guide["prompt_length"].iloc[0]
-        assert start == guide["fit_min_prompt_length"].iloc[0] == lengths[upper_half(lengths)][0]
+        assert start == exponents.loc[(metric, c, stat), "fit_min_prompt_length"] == lengths[upper_half(lengths)][0]
         p = guide["predicted"].to_numpy()
         assert np.all(p == (min(1.0, 1.0 / (2.0 * c)) if stat == "mean" else 1.0))
         # statistic(L₀)·(L/L₀)^{−p} as exp(−p log(L/L₀)): the exponent's rounding is amplified by p·log(L/L₀)
         log_ratio = np.log(guide["prompt_length"].to_numpy() / start)
         expected = stats[(metric, c, stat, start)] * np.exp(-p * log_ratio)
-        assert_within(guide["estimate"], expected, gamma(6) * expected * (1 + p * log_ratio), f"guide {metric} c={c} {stat}")
-    curve = rates[rates["quantity"] == "predicted_exponent_curve"].sort_values("c")
+        assert_within(guide["guide"], expected, gamma(6) * expected * (1 + p * log_ratio), f"guide {metric} c={c} {stat}")
+    curves = tables["exponent_curves"]
+    curve = curves[curves["curve"] == "predicted"].sort_values("c")
     grid = curve["c"].to_numpy()
     assert len(curve) == CURVE_POINTS and grid[0] == 0.25 * 0.8 and grid[-1] == 1.0 * 1.25 and np.all(np.diff(grid) > 0)
     expected = np.where(grid <= 0.5, 1.0, 0.5 / grid)  # min(1, 1/(2c))
-    assert_within(curve["estimate"], expected, gamma(2) * expected, "predicted exponent curve")
+    assert_within(curve["exponent"], expected, gamma(2) * expected, "predicted exponent curve")
+    fits = tables["paper_form_fits"].set_index("metric")
     for metric in ERROR_METRICS:
-        c2 = rates[(rates["quantity"] == "paper_form_c2") & (rates["metric"] == metric)].iloc[0]
-        form = rates[(rates["quantity"] == "paper_form_exponent_curve") & (rates["metric"] == metric)].sort_values("c")
-        assert c2["c"] == 0.5 and np.array_equal(form["c"].to_numpy(), grid[grid >= 0.9 * c2["c"]])
-        for column in ("estimate", "ci_low", "ci_high", "predicted"):  # ĉ₂/c, one division; predicted c₂ = 1/2
-            assert_within(form[column] * form["c"], c2[column], 2 * gamma(1) * abs(c2[column]), f"{metric} {column}")
+        fit = fits.loc[metric]
+        form = curves[(curves["curve"] == "paper_form") & (curves["metric"] == metric)].sort_values("c")
+        assert fit["min_c"] == 0.5 and np.array_equal(form["c"].to_numpy(), grid[grid >= 0.9 * fit["min_c"]])
+        for column, source in (("exponent", "c2"), ("ci_low", "c2_ci_low"), ("ci_high", "c2_ci_high"), ("predicted", "c2_predicted")):
+            # ĉ₂/c, one division; predicted c₂ = 1/2
+            assert_within(form[column] * form["c"], fit[source], 2 * gamma(1) * abs(fit[source]), f"{metric} {column}")
 
 
-def _sweep(tmp_path, c_values, measure="gaussian"):
+def rate_outputs(folder):
+    return {name: str(folder / f"{name}.parquet") for name in TABLES}
+
+
+def _sweep(tmp_path, c_values, measure="gaussian", n_bootstrap=100, paper_form_min_c=0.25):
+    """The three concentration stages on ``c_values``: the rate tables by name and the error files."""
     jobs = []
     for c in c_values:
-        path = tmp_path / f"c{c:g}.parquet"
-        simulate_errors({}, {"result": str(path)}, dict(seed=5, dtype="float64", measure=measure, c=c, bounds=SWEEP),
-                        runtime=CPU)
+        path = tmp_path / f"{measure}_c{c:g}.parquet"
+        simulate_concentration_errors({}, {"errors": str(path)}, dict(seed=5, dtype="float64", measure=measure, c=c,
+                                                                      concentration=SWEEP), runtime=CPU)
         jobs.append(str(path))
     out = {"output_errors": str(tmp_path / "o.parquet"), "gradient_errors": str(tmp_path / "g.parquet")}
-    collect_errors({"jobs": jobs}, out, dict(seed=5))
-    estimate_rates(out, {"rates": str(tmp_path / "rates.parquet")},
-                   dict(seed=5, bounds=dict(dim=2, n_bootstrap=100, ci_level=0.95, paper_form_min_c=0.25)))
-    return pd.read_parquet(tmp_path / "rates.parquet"), jobs
+    collect_concentration_errors({"jobs": jobs}, out, dict(seed=5))
+    estimate_concentration_rates(out, rate_outputs(tmp_path), dict(seed=5, concentration=dict(
+        dim=2, n_bootstrap=n_bootstrap, ci_level=0.95, paper_form_min_c=paper_form_min_c)))
+    return {name: pd.read_parquet(path) for name, path in rate_outputs(tmp_path).items()}, jobs
 
 
 @pytest.mark.slow
@@ -117,14 +130,15 @@ def test_small_tilt_mean_error_exponent_is_one(tmp_path):
     The 0.1 and the 10% widening below are statistical/modelling margins (finite-L curvature of the log–log
     line, 1000 repetitions), not floating-point tolerances.
     """
-    rates, jobs = _sweep(tmp_path, [0.1, 0.25])
-    exps = rates[(rates["quantity"] == "exponent") & (rates["metric"] == "output") & (rates["statistic"] == "mean")]
+    tables, jobs = _sweep(tmp_path, [0.1, 0.25])
+    exps = tables["exponents"]
+    exps = exps[(exps["metric"] == "output") & (exps["statistic"] == "mean")]
     assert len(exps) == 2
     assert np.all(np.abs(exps["estimate"] - 1.0) <= 0.1), exps[["c", "estimate", "ci_low", "ci_high"]]
     assert np.all(exps["ci_low"] <= exps["estimate"]) and np.all(exps["estimate"] <= exps["ci_high"])
     # L·E‖T_L − T_∞‖² at the largest L matches E_q tr C (docs/theory.md#fixed-query-fluctuations) within its
     # bootstrap CI widened by 10%.
-    const = rates[rates["quantity"] == "asymptotic_constant"]
+    const = tables["asymptotic_constants"]
     assert np.all((const["predicted"] >= 0.9 * const["ci_low"]) & (const["predicted"] <= 1.1 * const["ci_high"]))
     # Same config and seed give bit-identical data.
     again = tmp_path / "again"
@@ -135,18 +149,14 @@ def test_small_tilt_mean_error_exponent_is_one(tmp_path):
 
 def test_bounded_tokens_keep_rate_one_at_large_tilt(tmp_path):
     """Rademacher / uniform tokens: ρ(a) has every moment over queries, so even at c = 1 the mean rate is 1 (±0.1)."""
-    jobs = []
+    exps = []
     for name in ("rademacher", "uniform"):
-        path = tmp_path / f"{name}.parquet"
-        simulate_errors({}, {"result": str(path)}, dict(seed=5, dtype="float64", measure=name, c=1.0, bounds=SWEEP),
-                        runtime=CPU)
-        jobs.append(str(path))
-    out = {"output_errors": str(tmp_path / "o.parquet"), "gradient_errors": str(tmp_path / "g.parquet")}
-    collect_errors({"jobs": jobs}, out, dict(seed=5))
-    estimate_rates(out, {"rates": str(tmp_path / "r.parquet")},
-                   dict(seed=5, bounds=dict(dim=2, n_bootstrap=50, ci_level=0.95, paper_form_min_c=0.5)))
-    rates = pd.read_parquet(tmp_path / "r.parquet")
-    exps = rates[(rates["quantity"] == "exponent") & (rates["metric"] == "output") & (rates["statistic"] == "mean")]
+        folder = tmp_path / name
+        folder.mkdir()
+        tables, _ = _sweep(folder, [1.0], measure=name, n_bootstrap=50, paper_form_min_c=0.5)
+        exps.append(tables["exponents"])
+    exps = pd.concat(exps)
+    exps = exps[(exps["metric"] == "output") & (exps["statistic"] == "mean")]
     assert len(exps) == 2 and np.all(exps["predicted"] == 1.0)
     assert np.all(np.abs(exps["estimate"] - 1.0) <= 0.1), exps[["measure", "estimate"]]
 
@@ -180,7 +190,6 @@ def test_slope_by_group_without_spare_degrees_of_freedom_has_no_interval():
 def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp_path):
     """The stage reads the error tables cell by cell (filters, distinct keys): same rows as the table in memory."""
     from largeprompt.io.parquet_io import read_parquet, write_parquet
-    from largeprompt.stages.concentration import ERROR_KEYS
 
     lengths = np.asarray(prompt_length_grid(4, 9, 1), dtype=float)
     frame = _synthetic_errors([0.25, 1.0, 0.5], lengths)
@@ -189,13 +198,15 @@ def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp
     write_parquet(frame[ERROR_KEYS + ["output_sq_error"]], tmp_path / "out.parquet", {"rule": "test"})
     write_parquet(frame[ERROR_KEYS + ["grad_U_sq_error", "grad_V_sq_error"]].iloc[::-1], tmp_path / "grad.parquet",
                   {"rule": "test"})
-    bounds = dict(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
-    estimate_rates({"output_errors": tmp_path / "out.parquet", "gradient_errors": tmp_path / "grad.parquet"},
-                   {"rates": tmp_path / "rates.parquet"}, {"bounds": bounds, "seed": 4})
-    streamed = read_parquet(tmp_path / "rates.parquet")
-    whole = rate_rows(*in_memory_cells(frame), RateSettings(**bounds), seed=4)
-    assert set(streamed["measure"]) == {"gaussian", "rademacher"} and len(streamed) == len(whole)
-    pd.testing.assert_frame_equal(streamed.reset_index(drop=True), whole.reset_index(drop=True), check_exact=True)
+    settings = dict(dim=2, n_bootstrap=20, ci_level=0.95, paper_form_min_c=0.5)
+    estimate_concentration_rates({"output_errors": tmp_path / "out.parquet", "gradient_errors": tmp_path / "grad.parquet"},
+                                 rate_outputs(tmp_path), {"concentration": settings, "seed": 4})
+    whole = rate_tables(*in_memory_cells(frame), RateSettings(**settings), seed=4)
+    for name in TABLES:
+        streamed = read_parquet(tmp_path / f"{name}.parquet")
+        assert len(streamed) == len(whole[name]), name
+        pd.testing.assert_frame_equal(streamed.reset_index(drop=True), whole[name].reset_index(drop=True), check_exact=True)
+    assert set(read_parquet(tmp_path / "exponents.parquet")["measure"]) == {"gaussian", "rademacher"}
 
 
 @pytest.mark.parametrize("n_reps", [1, 2, 7, 128, 129, 1000])

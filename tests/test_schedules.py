@@ -172,7 +172,8 @@ def test_a_drifting_run_stops_at_the_step_count_of_the_longest_other_run(tmp_pat
     """Seed 0's flow drifts (its sharpness grows 50-fold): its own stable schedule is cut at the step count of seed 1,
     whose flow converges (docs/experiments.md#drifting-runs); both stay stable for their own flows."""
     from largeprompt.icl.training import run_specs
-    from largeprompt.stages.train import TrainSettings, load_flows, schedules
+    from largeprompt.icl.fit import TrainSettings, schedules
+    from largeprompt.stages.train import load_flows
 
     times = np.linspace(0.0, 10.0, 101)
     write_flow(tmp_path / "f0.parquet", 0, times, 1.0 + 5.0 * times, determinant=-0.3)

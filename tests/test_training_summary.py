@@ -10,8 +10,8 @@ from scipy import stats
 
 from largeprompt.icl.run_status import StatusRule, final_loss, judge, split_modes
 from largeprompt.io.parquet_io import read_parquet, write_parquet
-from largeprompt.stages import training_summary as ts
-from largeprompt.stages.training_summary import SummarySettings, flow_row, prompt_length_row, run_row
+from largeprompt.stages import summarize_training as ts
+from largeprompt.stages.summarize_training import SummarySettings, flow_row, prompt_length_row, run_row
 from tolerance import assert_within, eps, rounding_tolerance
 
 CFG = SummarySettings(trapped_loss_ratio={"softmax": 1.25, "linear": 1.1}, trapped_readout_fraction=0.1,

@@ -1,10 +1,11 @@
-# Shared helpers: config validation, run-scoped paths, params and code dependencies.
-# No maths here: rules declare inputs, outputs and params, and call the library.
+# Shared helpers: config validation, run-scoped paths, params, code fingerprints, threads.
+# No maths here: rules declare inputs, outputs and params, and call the library
+# (docs/architecture.md#naming: rule = workflow/scripts/<rule>.py = largeprompt.stages.<rule>).
 import os
 
 import largeprompt
-from largeprompt.io.config import ConfigError, check_config
-from largeprompt.io.pipeline import code_settings, settings
+from largeprompt.io.config import ConfigError, check_config, migrate_deprecated
+from largeprompt.io.pipeline import code_params, settings
 from largeprompt.icl.schedules import estimated_runtime_minutes, estimated_steps
 
 LIBRARY = os.path.dirname(os.path.dirname(largeprompt.__file__))
@@ -17,15 +18,25 @@ if os.path.realpath(LIBRARY) != os.path.realpath(os.path.join(workflow.basedir, 
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 
-# Clear, key-naming errors first (this also reads "1e-3" as a number and checks the run name);
-# then Snakemake's own validation fills the schema defaults.
+# Renamed keys first (a deprecation message names the new key), then clear, key-naming errors (this also
+# reads "1e-3" as a number and checks the run name); then Snakemake's own validation fills the defaults.
 try:
+    migrate_deprecated(config)
     check_config(config, SCHEMA)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 validate(config, SCHEMA)
 
 ENV = "../envs/largeprompt.yaml"
+# `snakemake --cache` shares results between runs (docs/architecture.md#sharing-results): a job whose rule, params
+# (config values and code fingerprints) and inputs equal those of a job already run, in any run, is fetched from
+# Snakemake's between-workflow cache instead of recomputed. Without --cache, every job runs and Snakemake records
+# its wall time, CPU time and peak memory (benchmark:); it refuses both on one rule (a fetched job has no cost).
+SHARE = "omit-software" if workflow.workflow_settings.cache is not None else False
+os.environ.setdefault(
+    "SNAKEMAKE_OUTPUT_CACHE", os.path.join(workflow.basedir, ".snakemake-cache")
+)
+os.makedirs(os.environ["SNAKEMAKE_OUTPUT_CACHE"], exist_ok=True)
 RUN = config["run"]
 # Keys that cannot change a result: read by the job at run time and recorded in provenance.
 RUNTIME_KEYS = ("device", "threads_per_job", "train.checkpoint_every")
@@ -44,16 +55,32 @@ def logs(path):
     return f"logs/{RUN}/{path}"
 
 
+def benchmarks(path):
+    """Snakemake's record of a job's wall time, CPU time and peak memory: benchmarks/<run>/<path>."""
+    return f"benchmarks/{RUN}/{path}"
+
+
 def cfg(*keys):
     """``params:`` entries for config keys, recorded as ``key=value`` (unpack with ``**``)."""
     return settings(config, *keys, exclude=RUNTIME_KEYS)
 
 
 def code(script):
-    """``params:`` fingerprints of a workflow script and the library modules it imports (unpack with
-    ``**``): editing their code reruns exactly the stages that use them; comments and docstrings do not.
+    """``params:`` fingerprints of the code a rule's script reaches, definition by definition (unpack with
+    ``**``; docs/architecture.md#fingerprints): editing it reruns exactly the rules that use it.
     """
-    return code_settings(os.path.join(workflow.basedir, "workflow", "scripts", script))
+    return code_params(os.path.join(workflow.basedir, "workflow", "scripts", script))
+
+
+def threads(compute=True):
+    """Threads of a job: config ``threads_per_job`` for the compute rules (also torch's thread count in
+    the job), 1 for the rest."""
+    return config["threads_per_job"] if compute else 1
+
+
+def gpu_request():
+    """SLURM resources of a compute rule: one GPU when config ``device`` is cuda (README, Run on a cluster)."""
+    return {"gres": "gpu:1"} if config["device"] == "cuda" else {}
 
 
 def training_runtime(prompt_length):
@@ -77,11 +104,6 @@ def transfer_runtime(prompt_length):
         1, t["batch_size"] // 128
     )
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
-
-
-def gpu_request():
-    """SLURM resources of a compute rule: one GPU when config ``device`` is cuda (README, Run on a cluster)."""
-    return {"gres": "gpu:1"} if config["device"] == "cuda" else {}
 
 
 def longest_prompt():
@@ -132,10 +154,21 @@ def transfer_trajectories():
 def error_jobs():
     return expand(
         results("concentration/errors/{measure}/c{c}.parquet"),
-        measure=config["bounds"]["measures"],
-        c=[f"{float(c):g}" for c in config["bounds"]["c_values"]],
+        measure=config["concentration"]["measures"],
+        c=[f"{float(c):g}" for c in config["concentration"]["c_values"]],
     )
 
+
+# The tables of estimate_concentration_rates, one kind of row each (largeprompt.maths.rate_tables).
+RATE_TABLES = (
+    "exponents",
+    "local_exponents",
+    "error_statistics",
+    "rate_guides",
+    "asymptotic_constants",
+    "paper_form_fits",
+    "exponent_curves",
+)
 
 FIGURES = [
     "affine_limit",
@@ -148,3 +181,20 @@ FIGURES = [
     "init_dependence",
     "trajectory_transfer",
 ]
+
+
+def result_files(rules):
+    """Every result file of this run: the outputs of every rule but the figures, wildcards expanded."""
+    fixed = [
+        str(f)
+        for r in rules
+        if r.name != "all" and not r.name.startswith("plot_") and not r.has_wildcards()
+        for f in r.output
+    ]
+    return (
+        fixed
+        + full_model_flows()
+        + training_trajectories()
+        + transfer_trajectories()
+        + error_jobs()
+    )

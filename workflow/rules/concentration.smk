@@ -1,84 +1,96 @@
-# R2, R3 over random queries: how fast finite-prompt outputs and gradients approach the limit, one
-# job per (token measure, tilt strength c), then the fitted rates
-# (docs/experiments.md#output_concentration, docs/theory.md#random-query-rate).
+# R2, R3 over random queries (docs/experiments.md#output_concentration, docs/theory.md#random-query-rate):
+# how fast finite-prompt outputs and gradients approach the limit, one job per (token measure, tilt strength
+# c), then the error tables and the rate tables. Config section `concentration`.
 
 
-rule simulate_errors:
+rule simulate_concentration_errors:
     output:
-        result=results("concentration/errors/{measure}/c{c}.parquet"),
+        errors=results("concentration/errors/{measure}/c{c}.parquet"),
     log:
-        logs("concentration/simulate_errors/{measure}_c{c}.log"),
+        logs("concentration/simulate_concentration_errors/{measure}_c{c}.log"),
+    benchmark:
+        benchmarks("simulate_concentration_errors/{measure}_c{c}.tsv")
     wildcard_constraints:
         measure="gaussian|rademacher|uniform",
         c=r"[0-9.eE+-]+",
+    cache: SHARE
     conda:
         ENV
-    threads: config["threads_per_job"]
+    threads: threads()
     resources:
         **gpu_request(),
         mem_mb=2000,  # measured: 1.3 GB peak, one block at paper size (L 2^20) x 1.5
         runtime=60,
     params:
-        **code("simulate_errors.py"),
+        **code("simulate_concentration_errors.py"),
         **cfg(
             "seed",
             "dtype",
-            "bounds.dim",
-            "bounds.log2_min_prompt_length",
-            "bounds.log2_max_prompt_length",
-            "bounds.points_per_octave",
-            "bounds.n_repetitions",
-            "bounds.repetition_block",
-            "bounds.chunk_size",
+            "concentration.dim",
+            "concentration.log2_min_prompt_length",
+            "concentration.log2_max_prompt_length",
+            "concentration.points_per_octave",
+            "concentration.n_repetitions",
+            "concentration.repetition_block",
+            "concentration.chunk_size",
         ),
         measure=lambda wildcards: wildcards.measure,
         c=lambda wildcards: float(wildcards.c),
     script:
-        "../scripts/simulate_errors.py"
+        "../scripts/simulate_concentration_errors.py"
 
 
-rule collect_errors:
+rule collect_concentration_errors:
     input:
         jobs=error_jobs(),
     output:
-        output_errors=results("concentration/output_errors.parquet"),
-        gradient_errors=results("concentration/gradient_errors.parquet"),
+        multiext(
+            results("concentration/"),
+            output_errors="output_errors.parquet",
+            gradient_errors="gradient_errors.parquet",
+        ),
     log:
-        logs("concentration/collect_errors.log"),
+        logs("concentration/collect_concentration_errors.log"),
+    benchmark:
+        benchmarks("collect_concentration_errors.tsv")
+    cache: SHARE
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=1100,  # measured: 0.7 GB peak at paper size (18M rows) x 1.5
         runtime=10,
     params:
-        **code("collect_errors.py"),
+        **code("collect_concentration_errors.py"),
     script:
-        "../scripts/collect_errors.py"
+        "../scripts/collect_concentration_errors.py"
 
 
-rule estimate_rates:
+rule estimate_concentration_rates:
     input:
         output_errors=results("concentration/output_errors.parquet"),
         gradient_errors=results("concentration/gradient_errors.parquet"),
     output:
-        rates=results("concentration/rates.parquet"),
+        multiext(results("concentration/"), **{t: f"{t}.parquet" for t in RATE_TABLES}),
     log:
-        logs("concentration/estimate_rates.log"),
+        logs("concentration/estimate_concentration_rates.log"),
+    benchmark:
+        benchmarks("estimate_concentration_rates.tsv")
+    cache: SHARE
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=1900,  # measured: 1.2 GB peak at paper size (18M rows) x 1.5
         runtime=20,
     params:
-        **code("estimate_rates.py"),
+        **code("estimate_concentration_rates.py"),
         **cfg(
             "seed",
-            "bounds.dim",
-            "bounds.n_bootstrap",
-            "bounds.ci_level",
-            "bounds.paper_form_min_c",
+            "concentration.dim",
+            "concentration.n_bootstrap",
+            "concentration.ci_level",
+            "concentration.paper_form_min_c",
         ),
     script:
-        "../scripts/estimate_rates.py"
+        "../scripts/estimate_concentration_rates.py"

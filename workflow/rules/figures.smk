@@ -1,10 +1,27 @@
-# Stage 5: figure rendering. One rule and one small plotting module per figure; the module and
-# the library files it imports are inputs, so editing one redraws exactly the figures that use it.
+# Figure rendering: one rule and one small plotting module per figure (plots only draw). The code a plot
+# reaches is in its params, so editing a plotting module redraws exactly the figures that use it. Figures
+# and summaries take seconds: they run on the machine that runs Snakemake, never through a cluster queue.
+
+
+localrules:
+    all,
+    make_affine_limit_queries,
+    summarize_training,
+    summarize_init_dependence,
+    plot_affine_limit,
+    plot_output_concentration,
+    plot_gradient_concentration,
+    plot_rate_exponent,
+    plot_fixed_query_bound,
+    plot_balanced_flow,
+    plot_training_vs_prompt_length,
+    plot_init_dependence,
+    plot_trajectory_transfer,
 
 
 rule plot_affine_limit:
     input:
-        result=results("affine_limit/affine_limit.parquet"),
+        outputs=results("affine_limit/outputs.parquet"),
     output:
         pdf=figures("affine_limit.pdf"),
         png=report(
@@ -16,7 +33,7 @@ rule plot_affine_limit:
         logs("figures/affine_limit.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=1400,  # measured: 0.9 GB peak at paper size x 1.5
         runtime=5,
@@ -29,7 +46,15 @@ rule plot_affine_limit:
 
 rule plot_output_concentration:
     input:
-        rates=results("concentration/rates.parquet"),
+        **{
+            t: results(f"concentration/{t}.parquet")
+            for t in (
+                "error_statistics",
+                "exponents",
+                "rate_guides",
+                "local_exponents",
+            )
+        },
     output:
         pdf=figures("output_concentration.pdf"),
         png=report(
@@ -41,7 +66,7 @@ rule plot_output_concentration:
         logs("figures/output_concentration.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
@@ -54,7 +79,15 @@ rule plot_output_concentration:
 
 rule plot_gradient_concentration:
     input:
-        rates=results("concentration/rates.parquet"),
+        **{
+            t: results(f"concentration/{t}.parquet")
+            for t in (
+                "error_statistics",
+                "exponents",
+                "rate_guides",
+                "local_exponents",
+            )
+        },
     output:
         pdf=figures("gradient_concentration.pdf"),
         png=report(
@@ -66,7 +99,7 @@ rule plot_gradient_concentration:
         logs("figures/gradient_concentration.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=800,  # measured: 0.5 GB peak (default run) x 1.5
         runtime=5,
@@ -79,7 +112,10 @@ rule plot_gradient_concentration:
 
 rule plot_rate_exponent:
     input:
-        rates=results("concentration/rates.parquet"),
+        **{
+            t: results(f"concentration/{t}.parquet")
+            for t in ("exponents", "exponent_curves", "paper_form_fits")
+        },
     output:
         pdf=figures("rate_exponent.pdf"),
         png=report(
@@ -91,7 +127,7 @@ rule plot_rate_exponent:
         logs("figures/rate_exponent.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
@@ -104,7 +140,7 @@ rule plot_rate_exponent:
 
 rule plot_fixed_query_bound:
     input:
-        result=results("bounds/fixed_query_bounds.parquet"),
+        quantiles=results("fixed_query_bound/quantiles.parquet"),
     output:
         pdf=figures("fixed_query_bound.pdf"),
         png=report(
@@ -116,7 +152,7 @@ rule plot_fixed_query_bound:
         logs("figures/fixed_query_bound.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
@@ -141,7 +177,7 @@ rule plot_balanced_flow:
         logs("figures/balanced_flow.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
@@ -154,9 +190,9 @@ rule plot_balanced_flow:
 
 rule plot_training_vs_prompt_length:
     input:
-        runs=results("summary/training_runs.parquet"),
-        summary=results("summary/training_prompt_lengths.parquet"),
-        bayes_risk=results("data/bayes_risk.parquet"),
+        runs=results("train/training_runs.parquet"),
+        summary=results("train/training_prompt_lengths.parquet"),
+        bayes_risk=results("icl/bayes_risk.parquet"),
         init_classes=results("init_dependence/classes.parquet"),
     output:
         pdf=figures("training_vs_prompt_length.pdf"),
@@ -169,7 +205,7 @@ rule plot_training_vs_prompt_length:
         logs("figures/training_vs_prompt_length.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
@@ -178,34 +214,6 @@ rule plot_training_vs_prompt_length:
         run=RUN,
     script:
         "../scripts/plot_training_vs_prompt_length.py"
-
-
-rule plot_trajectory_transfer:
-    input:
-        trajectories=training_trajectories(),
-        flows=full_model_flows(),
-        gaps=results("infinite/trajectory_gaps.parquet"),
-        slopes=results("infinite/trajectory_slopes.parquet"),
-    output:
-        pdf=figures("trajectory_transfer.pdf"),
-        png=report(
-            figures("trajectory_transfer.png"),
-            caption="../report/trajectory_transfer.rst",
-            category="R4 trajectory transfer",
-        ),
-    log:
-        logs("figures/trajectory_transfer.log"),
-    conda:
-        ENV
-    threads: 1
-    resources:
-        mem_mb=700,  # measured: 0.46 GB peak (default run) x 1.5
-        runtime=5,
-    params:
-        **code("plot_trajectory_transfer.py"),
-        run=RUN,
-    script:
-        "../scripts/plot_trajectory_transfer.py"
 
 
 rule plot_init_dependence:
@@ -224,12 +232,40 @@ rule plot_init_dependence:
         logs("figures/init_dependence.log"),
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
-        mem_mb=700,
+        mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
         runtime=5,
     params:
         **code("plot_init_dependence.py"),
         run=RUN,
     script:
         "../scripts/plot_init_dependence.py"
+
+
+rule plot_trajectory_transfer:
+    input:
+        trajectories=training_trajectories(),
+        flows=full_model_flows(),
+        gaps=results("transfer/trajectory_gaps.parquet"),
+        slopes=results("transfer/trajectory_slopes.parquet"),
+    output:
+        pdf=figures("trajectory_transfer.pdf"),
+        png=report(
+            figures("trajectory_transfer.png"),
+            caption="../report/trajectory_transfer.rst",
+            category="R4 trajectory transfer",
+        ),
+    log:
+        logs("figures/trajectory_transfer.log"),
+    conda:
+        ENV
+    threads: threads(compute=False)
+    resources:
+        mem_mb=700,  # measured: 0.45 GB peak (default run) x 1.5
+        runtime=5,
+    params:
+        **code("plot_trajectory_transfer.py"),
+        run=RUN,
+    script:
+        "../scripts/plot_trajectory_transfer.py"

@@ -1,21 +1,24 @@
-# Stage 2: training at each prompt length (docs/experiments.md#training-protocol). One job per L
-# trains every (model, seed) run at that L; the checkpoint lives outside the declared outputs, so it
-# survives a killed (incomplete) job and the rerun resumes from it.
+# R6 training at each prompt length (docs/experiments.md#training-protocol). One job per L trains every
+# (model, seed) run at that L; it checkpoints under results/<run>/checkpoints/, outside the declared outputs,
+# so a killed (incomplete) job resumes. Config section `train`.
 
 
 rule train:
     input:
-        test_set=results("data/icl_test.parquet"),
+        test_set=results("icl/test_set.parquet"),
         flows=full_model_flows(),
     output:
         trajectories=results("train/L{L}.parquet"),
     log:
         logs("train/L{L}.log"),
+    benchmark:
+        benchmarks("train/L{L}.tsv")
     wildcard_constraints:
         L=r"\d+",
+    cache: SHARE
     conda:
         ENV
-    threads: config["threads_per_job"]
+    threads: threads()
     resources:
         **gpu_request(),
         mem_mb=5100,  # measured: 3.4 GB peak at paper size (L 1000, 10 000 test prompts) x 1.5
@@ -24,7 +27,6 @@ rule train:
         **code("train.py"),
         **cfg("seed", *ICL_TASK, *TRAIN_RUNS),
         prompt_length=lambda w: int(w.L),
-        checkpoint=lambda w: results(f"checkpoints/train/L{w.L}.pt"),
     script:
         "../scripts/train.py"
 
@@ -34,15 +36,21 @@ rule summarize_training:
     input:
         trajectories=training_trajectories(),
         flows=full_model_flows(),
-        bayes_risk=results("data/bayes_risk.parquet"),
+        bayes_risk=results("icl/bayes_risk.parquet"),
     output:
-        runs=results("summary/training_runs.parquet"),
-        prompt_lengths=results("summary/training_prompt_lengths.parquet"),
+        multiext(
+            results("train/training_"),
+            runs="runs.parquet",
+            prompt_lengths="prompt_lengths.parquet",
+        ),
     log:
         logs("train/summarize_training.log"),
+    benchmark:
+        benchmarks("summarize_training.tsv")
+    cache: SHARE
     conda:
         ENV
-    threads: 1
+    threads: threads(compute=False)
     resources:
         mem_mb=700,  # measured: 0.4 GB peak (default run) x 1.5
         runtime=5,
@@ -57,40 +65,3 @@ rule summarize_training:
         ),
     script:
         "../scripts/summarize_training.py"
-
-
-# R4 on the §6 model: constant small lr, large batch, short horizon; every seed twice (two batch
-# streams) so that the SGD-noise floor of the distance to the flow is measured at every L.
-rule train_transfer:
-    input:
-        test_set=results("data/icl_test.parquet"),
-    output:
-        trajectories=results("transfer/L{L}.parquet"),
-    log:
-        logs("transfer/L{L}.log"),
-    wildcard_constraints:
-        L=r"\d+",
-    conda:
-        ENV
-    threads: config["threads_per_job"]
-    resources:
-        **gpu_request(),
-        mem_mb=9900,  # measured: 6.6 GB peak at paper size (batch 32 768, L 1000, float64) x 1.5
-        runtime=lambda w: transfer_runtime(int(w.L)),
-    params:
-        **code("train_transfer.py"),
-        **cfg(
-            "seed",
-            *ICL_TASK,
-            "transfer.models",
-            "transfer.seeds",
-            "transfer.replicate_seeds",
-            "transfer.batch_size",
-            "transfer.lr",
-            "transfer.horizon",
-            "transfer.n_log",
-        ),
-        prompt_length=lambda w: int(w.L),
-        checkpoint=lambda w: results(f"checkpoints/transfer/L{w.L}.pt"),
-    script:
-        "../scripts/train_transfer.py"

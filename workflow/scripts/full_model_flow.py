@@ -1,4 +1,4 @@
 from largeprompt.io.runlog import run_stage
-from largeprompt.stages.infinite import full_model_flow
+from largeprompt.stages.full_model_flow import full_model_flow
 
 run_stage(snakemake, full_model_flow)  # noqa: F821 (injected by Snakemake)

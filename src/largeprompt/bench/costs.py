@@ -13,11 +13,11 @@ from pathlib import Path
 from largeprompt.bench.report import run_worker
 from largeprompt.bench.schedule import Job, fit_linear, predict_linear
 from largeprompt.icl.schedules import estimated_steps
-from largeprompt.stages.concentration import prompt_length_grid
+from largeprompt.maths.concentration import prompt_length_grid
 
 
 def with_values(config: dict, **dotted) -> dict:
-    """A deep copy of ``config`` with the dotted keys set (``bounds__n_repetitions=250`` sets bounds.n_repetitions)."""
+    """A deep copy of ``config`` with the dotted keys set (``concentration__n_repetitions=250`` sets bounds.n_repetitions)."""
     out = copy.deepcopy(config)
     for key, value in dotted.items():
         node, *parents, last = out, *key.split("__")
@@ -58,7 +58,7 @@ def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
     sizes = [2, 6] if quick else [4, 12]
     fit, _ = _sliced("simulate_affine_limit", config, folder, sizes, lambda w: {"affine_limit__n_prompts": w}, inputs)
     n = config["affine_limit"]["n_prompts"]
-    return [Job("simulate_affine_limit", "affine_limit", predict_linear(fit, n), ("make_queries",))], \
+    return [Job("simulate_affine_limit", "affine_limit", predict_linear(fit, n), ("make_affine_limit_queries",))], \
         f"n_prompts {sizes} → {n}"
 
 
@@ -73,33 +73,33 @@ def _block_slices(section: dict, prefix: str, quick: bool):
 
 
 def concentration(config, folder, quick) -> tuple[list[Job], str]:
-    """simulate_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates.
+    """simulate_concentration_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates.
 
     Each measure is timed on one block of repetitions (the config's repetition_block) to L_max/4 and to the
     paper's L_max: a job repeats that block, so its cost is extrapolated in repetitions only, and the larger
     slice's peak RSS is the job's (``--quick``: L_max/64 and L_max/16).
     """
-    b = config["bounds"]
-    block, log2, work, settings = _block_slices(b, "bounds", quick)
+    b = config["concentration"]
+    block, log2, work, settings = _block_slices(b, "concentration", quick)
     paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
     jobs = []
     for measure in b["measures"]:
-        cfg = with_values(config, measure=measure, c=1.0, bounds__n_repetitions=block)
-        fit, _ = _sliced("simulate_errors", cfg, folder / measure, work, settings)
-        jobs += [Job(f"simulate_errors {measure} c={c:g}", "simulate_errors", predict_linear(fit, paper_work))
+        cfg = with_values(config, measure=measure, c=1.0, concentration__n_repetitions=block)
+        fit, _ = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
+        jobs += [Job(f"simulate_concentration_errors {measure} c={c:g}", "simulate_concentration_errors", predict_linear(fit, paper_work))
                  for c in b["c_values"]]
     collect, rates = _error_tables(config, folder, quick)
-    jobs += [Job("collect_errors", "collect_errors", collect, ("simulate_errors",)),
-             Job("estimate_rates", "estimate_rates", rates, ("collect_errors",))]
-    return jobs, f"simulate_errors: {block} repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
-                 f"{b['log2_max_prompt_length']}; collect_errors {collect:.0f} s, estimate_rates {rates:.0f} s: " \
+    jobs += [Job("collect_concentration_errors", "collect_concentration_errors", collect, ("simulate_concentration_errors",)),
+             Job("estimate_concentration_rates", "estimate_concentration_rates", rates, ("collect_concentration_errors",))]
+    return jobs, f"simulate_concentration_errors: {block} repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
+                 f"{b['log2_max_prompt_length']}; collect_concentration_errors {collect:.0f} s, estimate_concentration_rates {rates:.0f} s: " \
                  "synthetic tables of 3 and 6 cells"
 
 
 def _error_tables(config, folder, quick):
-    """collect_errors and estimate_rates on synthetic tables of the paper's repetitions and L grid, for 3 and 6
-    (measure, c) cells (estimate_rates reads one cell at a time: its cost is linear in the cells)."""
-    b = config["bounds"]
+    """collect_concentration_errors and estimate_concentration_rates on synthetic tables of the paper's repetitions and L grid, for 3 and 6
+    (measure, c) cells (estimate_concentration_rates reads one cell at a time: its cost is linear in the cells)."""
+    b = config["concentration"]
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
     every = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
     reps = b["n_repetitions"] // (10 if quick else 1)
@@ -107,9 +107,9 @@ def _error_tables(config, folder, quick):
     for n in sizes:
         jobs = prepared("errors", folder / f"errors_{n}", cells=every[:n], lengths=lengths, n_repetitions=reps)
         out = folder / f"collect_{n}"
-        collect.append(timed("collect_errors", config, out, jobs)["cpu"])
+        collect.append(timed("collect_concentration_errors", config, out, jobs)["cpu"])
         tables = {k: str(out / f"{k}.parquet") for k in ("output_errors", "gradient_errors")}
-        rates.append(timed("estimate_rates", config, folder / f"rates_{n}", tables)["cpu"])
+        rates.append(timed("estimate_concentration_rates", config, folder / f"rates_{n}", tables)["cpu"])
     scale = b["n_repetitions"] / reps
     return (scale * predict_linear(fit_linear(sizes, collect), len(every)),
             scale * predict_linear(fit_linear(sizes, rates), len(every)))
@@ -117,12 +117,12 @@ def _error_tables(config, folder, quick):
 
 def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
     """One block of repetitions to L_max/4 and to the paper's L_max, as in :func:`concentration`."""
-    f = config["bounds"]["fixed_query"]
-    block, log2, work_sizes, settings = _block_slices(f, "bounds__fixed_query", quick)
-    cfg = with_values(config, bounds__fixed_query__n_repetitions=block)
-    fit, _ = _sliced("simulate_fixed_query_bounds", cfg, folder, work_sizes, settings)
+    f = config["fixed_query_bound"]
+    block, log2, work_sizes, settings = _block_slices(f, "fixed_query_bound", quick)
+    cfg = with_values(config, fixed_query_bound__n_repetitions=block)
+    fit, _ = _sliced("simulate_fixed_query_bound", cfg, folder, work_sizes, settings)
     work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
-    return [Job("simulate_fixed_query_bounds", "fixed_query_bounds", predict_linear(fit, work))], \
+    return [Job("simulate_fixed_query_bound", "fixed_query_bound", predict_linear(fit, work))], \
         f"{block} repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
 
 
@@ -178,7 +178,7 @@ def data(config, folder, quick) -> tuple[list[Job], str, float]:
     at = {rule: predict_linear(fit_linear(sizes, c), n) for rule, c in cost.items()}
     jobs = [Job("make_icl_test_set", "make_icl_test_set", at["make_icl_test_set"]),
             Job("bayes_risk", "bayes_risk", at["bayes_risk"], ("make_icl_test_set",)),
-            Job("make_queries", "make_queries", 0.0)]
+            Job("make_affine_limit_queries", "make_affine_limit_queries", 0.0)]
     return jobs, f"n_test {sizes} → {n} at L = {longest}", at["load_test_set"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from largeprompt.bench.costs import prepared, timed, with_values
 from largeprompt.bench.pipeline import REPO, checkout_env, fresh_copy, paper_config
 from largeprompt.bench.report import run_worker
-from largeprompt.stages.concentration import prompt_length_grid
+from largeprompt.maths.concentration import prompt_length_grid
 
 MARGIN, STEP_MB, MIN_MB = 1.5, 100, 500
 HOOK = '''import atexit, json, os, resource, sys
@@ -89,19 +89,21 @@ def bench_memory(configfile: str | None, cores: int = 1) -> list[str]:
 def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     """(label, {"cpu", "rss_mb"}) of the stages whose memory grows with the paper's tables, run at full paper size."""
 
-    b, out = config["bounds"], []
+    b, out = config["concentration"], []
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
     out.append(_simulate_errors_table(config, folder / "s", len(lengths)))
     out.append((f"simulate_affine_limit (n_prompts {config['affine_limit']['n_prompts']})",
                 timed("simulate_affine_limit", config, folder / "a", prepared("queries", folder / "q", params=config))))
     out.append(("plot_affine_limit (its table)",
-                timed("plot_affine_limit", config, folder / "p", {"result": str(folder / "a" / "result.parquet")})))
+                timed("plot_affine_limit", config, folder / "p", {"outputs": str(folder / "a" / "outputs.parquet")})))
     cells = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
     jobs = prepared("errors", folder / "errors", cells=cells, lengths=lengths, n_repetitions=b["n_repetitions"])
     rows = len(cells) * len(lengths) * b["n_repetitions"]
-    out.append((f"collect_errors ({rows / 1e6:.1f}M synthetic rows)", timed("collect_errors", config, folder / "c", jobs)))
+    collected = timed("collect_concentration_errors", config, folder / "c", jobs)
+    out.append((f"collect_concentration_errors ({rows / 1e6:.1f}M synthetic rows)", collected))
     tables = {k: str(folder / "c" / f"{k}.parquet") for k in ("output_errors", "gradient_errors")}
-    out.append((f"estimate_rates ({rows / 1e6:.1f}M rows)", timed("estimate_rates", config, folder / "r", tables)))
+    estimated = timed("estimate_concentration_rates", config, folder / "r", tables)
+    out.append((f"estimate_concentration_rates ({rows / 1e6:.1f}M rows)", estimated))
     longest = max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
     cfg = with_values(config, max_prompt_length=longest, prompt_length=longest)
     out.append((f"make_icl_test_set (n_test {config['icl']['n_test']}, L {longest})",
@@ -119,28 +121,28 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     return out
 
 
-SHORT_PROMPT_LOG2 = 13  # simulate_errors at the paper's table size on prompts of 2^13 tokens (one streamed chunk)
+SHORT_PROMPT_LOG2 = 13  # simulate_concentration_errors at the paper's table size on prompts of 2^13 tokens (one streamed chunk)
 
 
 def _simulate_errors_table(config: dict, folder: Path, n_lengths: int) -> tuple[str, dict]:
-    """simulate_errors with the paper's repetitions, block and chunk, its L grid as many points as the paper's
+    """simulate_concentration_errors with the paper's repetitions, block and chunk, its L grid as many points as the paper's
     (a denser grid to 2^13): the result table of the paper's size, at 1/128 of the streaming (measured
     separately at paper size by the slices of ``--paper``)."""
 
-    b, ppo = config["bounds"], config["bounds"]["points_per_octave"]
+    b, ppo = config["concentration"], config["concentration"]["points_per_octave"]
     grid = lambda ppo: prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)  # noqa: E731
     while len(grid(ppo)) < n_lengths:
         ppo += 1
-    cfg = with_values(config, measure=b["measures"][0], c=1.0, bounds__log2_max_prompt_length=SHORT_PROMPT_LOG2,
-                      bounds__points_per_octave=ppo)
+    cfg = with_values(config, measure=b["measures"][0], c=1.0, concentration__log2_max_prompt_length=SHORT_PROMPT_LOG2,
+                      concentration__points_per_octave=ppo)
     rows = b["n_repetitions"] * len(grid(ppo))
-    return f"simulate_errors ({rows / 1e6:.2f}M rows, L to 2^{SHORT_PROMPT_LOG2})", timed("simulate_errors", cfg, folder)
+    return f"simulate_concentration_errors ({rows / 1e6:.2f}M rows, L to 2^{SHORT_PROMPT_LOG2})", timed("simulate_concentration_errors", cfg, folder)
 
 
 def bench_paper_memory() -> list[str]:
-    """Peak RSS of simulate_errors (the paper's table size), simulate_affine_limit, collect_errors, estimate_rates
-    (synthetic error tables of the paper's size), the test set's stages, a training job's reading of it and
-    training jobs cut to 2 steps, each at full config/paper.yaml size in its own process."""
+    """Peak RSS of simulate_concentration_errors (the paper's table size), simulate_affine_limit,
+    collect_concentration_errors, estimate_concentration_rates (synthetic error tables of the paper's size), the
+    test set's stages, a training job's reading of it and training jobs cut to 2 steps, each at full config/paper.yaml size in its own process."""
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = _paper_runs(paper_config(), Path(tmp))

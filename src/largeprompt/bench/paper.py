@@ -21,17 +21,17 @@ from largeprompt.bench.schedule import Job, critical_path, schedule
 
 FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
            "balanced_flow", "training_vs_prompt_length", "trajectory_transfer")
-FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("estimate_rates",),
-                 "gradient_concentration": ("estimate_rates",), "rate_exponent": ("estimate_rates",),
-                 "fixed_query_bound": ("fixed_query_bounds",), "balanced_flow": ("balanced_flow",),
+FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("estimate_concentration_rates",),
+                 "gradient_concentration": ("estimate_concentration_rates",), "rate_exponent": ("estimate_concentration_rates",),
+                 "fixed_query_bound": ("fixed_query_bound",), "balanced_flow": ("balanced_flow",),
                  "training_vs_prompt_length": ("summarize_training",), "trajectory_transfer": ("trajectory_gap", "train")}
 
 
 def job_overhead_seconds() -> float:
     """CPU seconds of a job's interpreter start and imports (torch, pandas, the stages), added to every job."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import largeprompt.stages.concentration, largeprompt.stages.train, "
-                    "largeprompt.stages.infinite, matplotlib.pyplot"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", "import largeprompt.stages.simulate_concentration_errors, largeprompt.stages.train, "
+                    "largeprompt.stages.full_model_flow, matplotlib.pyplot"], check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -120,7 +120,7 @@ VALIDATION_PROMPT_LENGTH = 100  # the training job run for real by --validate (â
 
 def validation_lines(config: dict, folder: Path, stages, overhead: float) -> list[str]:
     """Two jobs run for real at paper scale against their extrapolated cost: full_model_flow, and one training
-    job with the real test set and flow as inputs (the simulate_errors jobs take 10 to 40 min each)."""
+    job with the real test set and flow as inputs (the simulate_concentration_errors jobs take 10 to 40 min each)."""
     predicted = {j.name: j.seconds for _, jobs, _ in stages for j in jobs}
     seed, L = config["train"]["seeds"][0], VALIDATION_PROMPT_LENGTH
     cfg = costs.with_values(config, run_seed=seed, max_prompt_length=max(config["train"]["prompt_lengths"]),

@@ -1,7 +1,7 @@
 """Workers of ``largeprompt bench --paper``: run one pipeline stage on given params in this fresh process and
 report its CPU seconds and the process's peak RSS; or write the inputs such a run reads.
 
-``stage_prepare`` writes inputs (queries, test set, synthetic error tables of the schema of ``simulate_errors``)
+``stage_prepare`` writes inputs (queries, test set, synthetic error tables of the schema of ``simulate_concentration_errors``)
 in one process; ``stage_run`` then runs the stage on them in another, so that preparing never counts in the
 measured peak. ``stage_run`` calls the stage as ``runlog.run_stage`` does (threads, allocator), stdout discarded.
 """
@@ -18,22 +18,25 @@ import pandas as pd
 import torch
 
 from largeprompt.bench.report import peak_rss_mb
+from largeprompt.icl.test_set import load_test_set as cut
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.runlog import keep_freed_memory, set_threads
-from largeprompt.stages.icl_data import load_test_set as cut
+from largeprompt.maths.rate_tables import TABLES
 
 STAGES = {  # rule → (module, function, output names)
-    "make_queries": ("largeprompt.stages.data", "make_queries", ["queries"]),
-    "make_icl_test_set": ("largeprompt.stages.icl_data", "make_icl_test_set", ["test_set"]),
-    "bayes_risk": ("largeprompt.stages.icl_data", "bayes_risk", ["bayes_risk"]),
-    "simulate_affine_limit": ("largeprompt.stages.affine_limit", "simulate_affine_limit", ["result"]),
-    "simulate_errors": ("largeprompt.stages.concentration", "simulate_errors", ["result"]),
-    "collect_errors": ("largeprompt.stages.concentration", "collect_errors", ["output_errors", "gradient_errors"]),
-    "estimate_rates": ("largeprompt.stages.concentration", "estimate_rates", ["rates"]),
-    "simulate_fixed_query_bounds": ("largeprompt.stages.fixed_query_bounds", "simulate_fixed_query_bounds", ["result"]),
-    "full_model_flow": ("largeprompt.stages.infinite", "full_model_flow", ["flow"]),
-    "balanced_flow": ("largeprompt.stages.infinite", "balanced_flow", ["flow"]),
-    "reduced_model": ("largeprompt.stages.infinite", "reduced_model", ["result"]),
+    "make_affine_limit_queries": ("largeprompt.stages.make_affine_limit_queries", "make_affine_limit_queries", ["queries"]),
+    "make_icl_test_set": ("largeprompt.stages.make_icl_test_set", "make_icl_test_set", ["test_set"]),
+    "bayes_risk": ("largeprompt.stages.bayes_risk", "bayes_risk", ["bayes_risk"]),
+    "simulate_affine_limit": ("largeprompt.stages.simulate_affine_limit", "simulate_affine_limit", ["outputs"]),
+    "simulate_concentration_errors": ("largeprompt.stages.simulate_concentration_errors", "simulate_concentration_errors", ["errors"]),
+    "collect_concentration_errors": ("largeprompt.stages.collect_concentration_errors", "collect_concentration_errors",
+                                     ["output_errors", "gradient_errors"]),
+    "estimate_concentration_rates": ("largeprompt.stages.estimate_concentration_rates", "estimate_concentration_rates",
+                                     list(TABLES)),
+    "simulate_fixed_query_bound": ("largeprompt.stages.simulate_fixed_query_bound", "simulate_fixed_query_bound", ["quantiles"]),
+    "full_model_flow": ("largeprompt.stages.full_model_flow", "full_model_flow", ["flow"]),
+    "balanced_flow": ("largeprompt.stages.balanced_flow", "balanced_flow", ["flow"]),
+    "reduced_model": ("largeprompt.stages.reduced_model", "reduced_model", ["result"]),
     "train": ("largeprompt.stages.train", "train", ["trajectories"]),
     "load_test_set": ("largeprompt.bench.slices", "load_test_set", []),  # what every training job reads first
     "plot_affine_limit": ("largeprompt.plots.affine_limit", "plot_affine_limit", ["pdf", "png"]),
@@ -53,7 +56,7 @@ def load_test_set(inputs, outputs, params, rule="load_test_set"):
 
 
 def synthetic_errors(measure: str, c: float, lengths: list[int], n_repetitions: int, seed: int = 0) -> pd.DataFrame:
-    """A table of the schema of ``simulate_errors`` (one row per (L, repetition)) with positive errors ∝ 1/L.
+    """A table of the schema of ``simulate_concentration_errors`` (one row per (L, repetition)) with positive errors ∝ 1/L.
 
     For timing and memory only: its values are random, of the right size and type.
     """
@@ -73,11 +76,11 @@ def synthetic_errors(measure: str, c: float, lengths: list[int], n_repetitions: 
 
 def prepare(kind: str, folder: Path, spec: dict) -> dict:
     """Write the inputs ``kind`` into ``folder``: ``queries``, ``test_set`` (by running their stages on
-    spec['params']) or ``errors`` (synthetic simulate_errors files, one per (measure, c) in spec['cells'])."""
+    spec['params']) or ``errors`` (synthetic simulate_concentration_errors files, one per (measure, c) in spec['cells'])."""
 
     folder.mkdir(parents=True, exist_ok=True)
     if kind in ("queries", "test_set"):
-        rule = "make_queries" if kind == "queries" else "make_icl_test_set"
+        rule = "make_affine_limit_queries" if kind == "queries" else "make_icl_test_set"
         path = folder / f"{kind}.parquet"
         stage_function(rule)({}, {kind: str(path)}, spec["params"], rule=rule)
         return {kind: str(path)}

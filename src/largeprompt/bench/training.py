@@ -20,10 +20,10 @@ from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.multirun import RunStack
 from largeprompt.icl.task import regression_task
+from largeprompt.icl.test_set import load_test_set
 from largeprompt.icl.trainer import PromptLengthTrainer
 from largeprompt.icl.training import batch, initial_parameters, run_specs, test_losses
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.stages.icl_data import load_test_set
 
 PROMPT_LENGTH, BATCH, DIM = 1000, 128, 6
 TRAINING_SHAPE = f"L={PROMPT_LENGTH}, batch {BATCH}, D={DIM}"

@@ -77,7 +77,7 @@ def log_row(task: RegressionTask, params: dict[str, torch.Tensor], step: int, ti
     row = {"step": int(step), "time": float(time), "train_loss": train_loss, "test_loss": float(test_loss),
            "infinite_prompt_risk": risk, "status": status}
     row.update(models.parameter_summaries(as64, task.token_dim))
-    row.update({f"theta_{i:03d}": float(t) for i, t in enumerate(models.flatten(as64).numpy())})
+    row["theta"] = models.flatten(as64).numpy().tolist()  # all weights in the order of models.flatten (Q, K, V, O)
     return row
 
 

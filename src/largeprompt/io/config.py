@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -128,8 +129,8 @@ def cross_key_errors(config: dict) -> list[str]:
         )
     if "direction" in ray and not any(float(x) != 0.0 for x in ray["direction"]):
         lines.append("config key 'affine_limit.ray.direction' must not be the zero vector")
-    bounds = config.get("bounds", {})
-    for prefix, node in (("bounds", bounds), ("bounds.fixed_query", bounds.get("fixed_query", {}))):
+    for prefix in ("concentration", "fixed_query_bound"):
+        node = config.get(prefix, {})
         lo, hi = node.get("log2_min_prompt_length"), node.get("log2_max_prompt_length")
         if lo is not None and hi is not None and hi < lo + 2:
             lines.append(
@@ -155,6 +156,34 @@ def _training_errors(config: dict) -> list[str]:
             lines.append(f"config key '{section}.replicate_seeds' = {extra} names seeds that are not in "
                          f"'{section}.seeds' = {node['seeds']}; allowed: a subset of {section}.seeds")
     return lines
+
+
+DEPRECATION = ("config key 'bounds' is deprecated and will be removed in the next release: its random-query keys are "
+               "now under 'concentration' and 'bounds.fixed_query' is now 'fixed_query_bound'; it is read that way for now")
+
+
+def _merge(base: dict, overlay: dict) -> None:
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def migrate_deprecated(config: dict, warn=None) -> bool:
+    """Move the keys this release renamed to their new place, in place, with one deprecation message naming the
+    new keys (``warn``, default: printed to stderr); returns whether anything moved. ``bounds`` (the concentration
+    sweep and the fixed-query experiment) became ``concentration`` and ``fixed_query_bound``; its shared
+    ``chunk_size`` and ``ci_level`` apply to both."""
+    if "bounds" not in config:
+        return False
+    old = dict(config.pop("bounds") or {})
+    fixed = dict(old.pop("fixed_query", None) or {})
+    fixed.update({k: old[k] for k in ("chunk_size", "ci_level") if k in old and k not in fixed})
+    _merge(config.setdefault("concentration", {}), old)
+    _merge(config.setdefault("fixed_query_bound", {}), fixed)
+    (warn or (lambda text: print(f"WARNING: {text}", file=sys.stderr)))(DEPRECATION)
+    return True
 
 
 def check_config(config: dict, schema_path: str | Path) -> None:

@@ -18,27 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 METADATA_KEY = b"largeprompt"
+PRODUCERS_ENV = "LARGEPROMPT_PRODUCERS"  # set by the Snakefile (largeprompt.io.pipeline.producer_patterns)
 
-# Which rule makes which file (results/<run>/…), for the one-line message about a missing or corrupt input.
-PRODUCERS = (
-    (r"data/queries\.parquet$", "make_queries"),
-    (r"data/icl_test\.parquet$", "make_icl_test_set"),
-    (r"data/bayes_risk\.parquet$", "bayes_risk"),
-    (r"summary/training_.*\.parquet$", "summarize_training"),
-    (r"train/L\d+\.parquet$", "train"),
-    (r"transfer/L\d+\.parquet$", "train_transfer"),
-    (r"infinite/full_model_seed\d+\.parquet$", "full_model_flow"),
-    (r"infinite/balanced_flow\.parquet$", "balanced_flow"),
-    (r"infinite/reduced_model\.parquet$", "reduced_model"),
-    (r"infinite/trajectory_(gaps|slopes)\.parquet$", "trajectory_gap"),
-    (r"init_dependence/flows\.parquet$", "simulate_init_dependence"),
-    (r"init_dependence/(classes|predictors)\.parquet$", "summarize_init_dependence"),
-    (r"affine_limit/affine_limit\.parquet$", "simulate_affine_limit"),
-    (r"concentration/errors/", "simulate_errors"),
-    (r"concentration/(output|gradient)_errors\.parquet$", "collect_errors"),
-    (r"concentration/rates\.parquet$", "estimate_rates"),
-    (r"bounds/fixed_query_bounds\.parquet$", "simulate_fixed_query_bounds"),
-)
 RESULT_PATH = re.compile(r"(?:^|/)results/(?P<run>[^/]+)/(?P<rest>.+)$")
 
 
@@ -47,11 +28,12 @@ class ResultFileError(RuntimeError):
 
 
 def producing_rule(path: str | os.PathLike) -> str | None:
-    """The rule that writes ``path`` (a file under results/<run>/), or None."""
+    """The rule that writes ``path`` (a file under results/<run>/), or None: from the patterns the Snakefile derives
+    from its rules and passes to its jobs (:func:`largeprompt.io.pipeline.producer_patterns`)."""
     match = RESULT_PATH.search(Path(path).as_posix())
     if match is None:
         return None
-    for pattern, rule in PRODUCERS:
+    for pattern, rule in json.loads(os.environ.get(PRODUCERS_ENV, "[]")):
         if re.search(pattern, match["rest"]):
             return rule
     return None

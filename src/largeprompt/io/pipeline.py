@@ -1,27 +1,25 @@
-"""What the Snakemake rules need from the library: config settings as params, run-scoped paths,
-the library sources behind each script, and the run-time keys that never change a result.
+"""What the Snakemake rules need from the library: config settings as params, the code each rule
+depends on, and the run-time keys that never change a result.
 
 * :func:`settings` turns config keys into ``params:`` entries whose recorded form is
   ``train.lr=0.25``, so a changed value reruns exactly the jobs that use it and Snakemake's
   rerun reason names the key ("before: train.lr=0.25 now: train.lr=0.2").
-* :func:`code_settings` fingerprints the ``src/largeprompt`` modules a workflow script imports,
-  directly or through other modules (:func:`library_sources`), as ``params:`` entries: editing the
-  code of a module reruns exactly the stages that use it, and Snakemake's reason names the module;
-  editing a comment or a docstring reruns nothing (the fingerprint is of the syntax tree without them).
+* :func:`code_params` fingerprints the code a rule's script reaches, definition by definition
+  (:mod:`largeprompt.io.fingerprints`): editing it reruns exactly the rules that use it, and Snakemake's
+  reason names the file; comments, docstrings and plumbing rerun nothing.
 * :func:`stage_params` rebuilds the nested config mapping a stage reads from those entries.
 """
 from __future__ import annotations
 
-import ast
-import functools
-import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-PACKAGE = "largeprompt"
-PACKAGE_DIR = Path(__file__).resolve().parent
+from largeprompt.io.fingerprints import CODE_PREFIX, code_settings
+from largeprompt.io.parquet_io import PRODUCERS_ENV  # noqa: F401 (the Snakefile imports it from here)
+
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -103,85 +101,20 @@ def check_run_name(name: str) -> str:
     return name
 
 
-@functools.cache
-def _imports(path: Path) -> set[str]:
-    """Absolute names of the largeprompt modules that ``path`` imports anywhere in its body."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    inside = path.parent == PACKAGE_DIR or PACKAGE_DIR in path.parents
-    package = list(path.relative_to(PACKAGE_DIR.parent).parts[:-1]) if inside else []  # e.g. [largeprompt, stages]
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            if mod.split(".")[0] != PACKAGE:
-                continue
-            names.add(mod)
-            names.update(f"{mod}.{a.name}" for a in node.names)  # `from . import models`
-    return names
+def checkpoint_path(output: str | os.PathLike) -> Path:
+    """Where a training job checkpoints: results/<run>/checkpoints/<the output's path below the run>.pt, outside the
+    declared outputs so that it survives a killed (incomplete) job; a run-time path, never a param."""
+    out = Path(output)
+    parts = out.parts
+    if "results" in parts and len(parts) > parts.index("results") + 2:
+        i = parts.index("results") + 2  # results/<run>/...
+        return Path(*parts[:i], "checkpoints", *parts[i:]).with_suffix(".pt")
+    return out.with_suffix(".pt")
 
 
-def _module_file(name: str) -> Path | None:
-    parts = name.split(".")[1:]
-    base = PACKAGE_DIR.joinpath(*parts)
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def library_sources(script: str | os.PathLike, relative_to: str | os.PathLike | None = None) -> list[str]:
-    """The ``src/largeprompt`` files ``script`` depends on through imports (transitively), sorted.
-
-    Package ``__init__`` files are left out (they hold no stage code). Paths are relative to
-    ``relative_to`` (default: the working directory), as Snakemake inputs are.
-    """
-    seen: set[Path] = set()
-    todo = [Path(script).resolve()]
-    while todo:
-        path = todo.pop()
-        for name in _imports(path):
-            found = _module_file(name)
-            if found is None or found in seen or found.name == "__init__.py":
-                continue
-            seen.add(found)
-            todo.append(found)
-    root = Path(relative_to or os.getcwd()).resolve()
-    return sorted(os.path.relpath(p, root) for p in seen)
-
-
-CODE_PREFIX = "code:"
-
-
-def _strip_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return tree
-
-
-@functools.cache
-def code_fingerprint(path: str | os.PathLike) -> str:
-    """A hash of a module's syntax tree without docstrings (comments never reach it): 12 hex digits."""
-    tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=str(path)))
-    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:12]
-
-
-def code_settings(script: str | os.PathLike) -> dict[str, Setting]:
-    """``params:`` entries ``code:<module>=<fingerprint>`` for the script and every library module it imports."""
-    out = {}
-    for path in [Path(script).resolve()] + [Path("/", p) for p in library_sources(script, relative_to="/")]:
-        name = path.relative_to(PACKAGE_DIR).as_posix() if PACKAGE_DIR in path.parents else f"workflow/scripts/{path.name}"
-        name = name if name.startswith("workflow/") else f"largeprompt/{name}"
-        out["code__" + re.sub(r"\W", "_", name)] = Setting(CODE_PREFIX + name, code_fingerprint(path))
-    return out
+def code_params(script: str | os.PathLike) -> dict[str, Setting]:
+    """``params:`` entries ``code:<file>=<hash>`` for the code a rule's script reaches (:mod:`largeprompt.io.fingerprints`)."""
+    return code_settings(script, Setting)
 
 
 @dataclass(frozen=True)
@@ -208,3 +141,17 @@ def settings_from(cls, mapping: dict, where: str):
 
 
 DEFAULT_RUNTIME = Runtime()  # a stage called by hand runs with device auto, one thread, no checkpoints
+
+
+
+def producer_patterns(rule_outputs) -> str:
+    """JSON [[regex, rule], …] from (rule, [output pattern, …]): a regex over the path below results/<run>/ per
+    output, its wildcards matching any file name part (:func:`largeprompt.io.parquet_io.producing_rule`)."""
+    patterns = []
+    for rule, outputs in rule_outputs:
+        for pattern in outputs:
+            match = re.search(r"(?:^|/)results/[^/]+/(.+)$", pattern)
+            if match:
+                parts = re.split(r"\{[^}]+\}", match[1])
+                patterns.append(["^" + "[^/]+".join(re.escape(p) for p in parts) + "$", rule])
+    return json.dumps(patterns)

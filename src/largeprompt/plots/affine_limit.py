@@ -16,7 +16,7 @@ TITLES = {
 
 def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
     apply_style()
-    data = read_parquet(inputs["result"])
+    data = read_parquet(inputs["outputs"])
     measures = list(dict.fromkeys(data["measure"]))
     fig, axes = plt.subplots(1, len(measures), figsize=(4.2 * len(measures), 3.8), squeeze=False)
     palette = sns.color_palette("viridis", data["prompt_length"].nunique())

@@ -1,9 +1,12 @@
 """Shared drawing for the R2/R3 concentration figures (docs/experiments.md#output_concentration,
-docs/experiments.md#gradient_concentration): reads rows of rates.parquet, computes nothing."""
+docs/experiments.md#gradient_concentration): draws rows of the rate tables (largeprompt.maths.rate_tables),
+computes nothing."""
 from __future__ import annotations
 
 import numpy as np
 import seaborn as sns
+
+from largeprompt.io.parquet_io import read_parquet
 
 METRIC_LABELS = {
     "output": r"$\|T_L - T_\infty\|^2$",
@@ -23,29 +26,34 @@ def _rows(rates, **eq):
     return rates[mask]
 
 
-def draw_concentration_row(axes, rates, metric: str, measure: str):
+def read_rate_tables(inputs, names=("error_statistics", "exponents", "rate_guides", "local_exponents")) -> dict:
+    """The rate tables a concentration figure draws, by name (inputs named like the tables)."""
+    return {name: read_parquet(inputs[name]) for name in names}
+
+
+def draw_concentration_row(axes, tables: dict, metric: str, measure: str):
     """Three panels for one metric: mean (+ predicted rate), median and 90% quantile, local exponent."""
     ax_mean, ax_med, ax_local = axes
-    cells = _rows(rates, metric=metric, measure=measure)
-    colours = c_palette(_rows(cells, quantity="exponent")["c"].unique())  # the simulated c, not the curves' c grid
+    mine = {name: _rows(table, metric=metric, measure=measure) for name, table in tables.items()}
+    colours = c_palette(mine["exponents"]["c"].unique())
     for c, colour in colours.items():
-        stat = _rows(cells, quantity="error_statistic", c=c)
+        stat = _rows(mine["error_statistics"], c=c)
         mean = _rows(stat, statistic="mean").sort_values("prompt_length")
-        fit = _rows(cells, quantity="exponent", c=c, statistic="mean").iloc[0]
+        fit = _rows(mine["exponents"], c=c, statistic="mean").iloc[0]
         ax_mean.plot(mean["prompt_length"], mean["estimate"], color=colour, marker="o", ms=2.5,
                      label=f"c={c:g}: $\\hat p$={fit.estimate:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]")
         ax_mean.fill_between(mean["prompt_length"], mean["ci_low"], mean["ci_high"], color=colour, alpha=0.25, lw=0)
-        guide = _rows(cells, quantity="predicted_rate_guide", c=c, statistic="mean").sort_values("prompt_length")
-        ax_mean.plot(guide["prompt_length"], guide["estimate"], color=colour, linestyle="--", linewidth=1.1)
+        guide = _rows(mine["rate_guides"], c=c, statistic="mean").sort_values("prompt_length")
+        ax_mean.plot(guide["prompt_length"], guide["guide"], color=colour, linestyle="--", linewidth=1.1)
         med = _rows(stat, statistic="median").sort_values("prompt_length")
-        mfit = _rows(cells, quantity="exponent", c=c, statistic="median").iloc[0]
+        mfit = _rows(mine["exponents"], c=c, statistic="median").iloc[0]
         ax_med.plot(med["prompt_length"], med["estimate"], color=colour, marker="o", ms=2.5,
                     label=f"c={c:g}: median $\\hat p$={mfit.estimate:.2f} [{mfit.ci_low:.2f}, {mfit.ci_high:.2f}]")
         ax_med.fill_between(med["prompt_length"], med["ci_low"], med["ci_high"], color=colour, alpha=0.25, lw=0)
         q90 = _rows(stat, statistic="q90").sort_values("prompt_length")
         ax_med.plot(q90["prompt_length"], q90["estimate"], color=colour, linestyle=":", linewidth=1.4)
         ax_med.fill_between(q90["prompt_length"], q90["ci_low"], q90["ci_high"], color=colour, alpha=0.15, lw=0)
-        local = _rows(cells, quantity="local_exponent", c=c, statistic="mean").sort_values("prompt_length")
+        local = _rows(mine["local_exponents"], c=c, statistic="mean").sort_values("prompt_length")
         ax_local.plot(local["prompt_length"], local["estimate"], color=colour, marker="o", ms=2.5)
         ax_local.fill_between(local["prompt_length"], local["ci_low"], local["ci_high"], color=colour, alpha=0.2, lw=0)
         ax_local.axhline(fit.predicted, color=colour, linestyle="--", linewidth=1.1)

@@ -15,7 +15,7 @@ BOUND_STYLE = dict(linestyle=(0, (6, 2, 1, 2)), linewidth=1.5)
 
 def plot_fixed_query_bound(inputs, outputs, params=None, rule="plot_fixed_query_bound"):
     apply_style()
-    data = read_parquet(inputs["result"])
+    data = read_parquet(inputs["quantiles"])
     kappas = sorted(data["kappa"].unique())
     deltas = sorted(data["delta"].unique(), reverse=True)
     colours = dict(zip(deltas, sns.color_palette("rocket", len(deltas) + 1)))

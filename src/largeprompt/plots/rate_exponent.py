@@ -1,8 +1,8 @@
 """Figure `rate_exponent` (R2, R3, docs/experiments.md#rate_exponent): fitted decay exponents against c with the
 predicted exponent min(1, 1/(2c)) and the paper-form fit (paper Prop. 3.1).
 
-Every curve is a row of rates.parquet (``predicted_exponent_curve``, ``paper_form_exponent_curve``, written by
-:mod:`largeprompt.stages.rate_tables`); this module only draws.
+Every curve is a row of exponent_curves.parquet (``predicted``, ``paper_form``; :mod:`largeprompt.maths.rate_tables`);
+this module only draws.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ OFFSETS = {"output": 0.96, "grad_U": 1.0, "grad_V": 1.04}  # small horizontal do
 
 def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
     apply_style()
-    rates = read_parquet(inputs["rates"])
-    exps = rates[rates["quantity"] == "exponent"]
+    exps, curves = read_parquet(inputs["exponents"]), read_parquet(inputs["exponent_curves"])
+    fits = read_parquet(inputs["paper_form_fits"])
     measures = list(dict.fromkeys(exps["measure"]))
     fig, axes = plt.subplots(1, len(measures), figsize=(10.5 * len(measures), 4.6), squeeze=False)
     colours = dict(zip(MARKERS, sns.color_palette("deep", 3)))
@@ -37,20 +37,20 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
                 ax.errorbar(x, sel["estimate"], yerr=err, color=colours[metric], marker=MARKERS[metric], ms=5,
                             mfc=colours[metric] if fill else "white", linestyle="-" if fill else ":", linewidth=1, capsize=2,
                             label=f"{stat} of {METRIC_LABELS[metric]}")
-        curve = rates[(rates["quantity"] == "predicted_exponent_curve") & (rates["measure"] == measure)].sort_values("c")
+        curve = curves[(curves["curve"] == "predicted") & (curves["measure"] == measure)].sort_values("c")
         label = (r"predicted rate $L^{-\min(1,\,1/(2c))}$: exponent $\min(1, 1/(2c))$" if measure == "gaussian"
                  else r"predicted rate $L^{-1}$: exponent 1 (bounded tokens)")
-        ax.plot(curve["c"], curve["estimate"], label=label, **REFERENCE_STYLE)
+        ax.plot(curve["c"], curve["exponent"], label=label, **REFERENCE_STYLE)
         for metric, ls in (("output", (0, (4, 2))), ("grad_U", (0, (1.5, 1.5)))):
-            mine = (rates["metric"] == metric) & (rates["measure"] == measure)
-            c2 = rates[(rates["quantity"] == "paper_form_c2") & mine]
-            if c2.empty:
+            fit = fits[(fits["metric"] == metric) & (fits["measure"] == measure)] if len(fits) else fits
+            if fit.empty:
                 continue
-            row = c2.iloc[0]
-            sub = rates[(rates["quantity"] == "paper_form_exponent_curve") & mine].sort_values("c")
-            ax.plot(sub["c"], sub["estimate"], color="grey", linestyle=ls, linewidth=1.4,
-                    label=(f"paper form $c_1\\ln L/L^{{c_2/\\sigma^2}}$ ({metric}, $c \\geq {row.c:g}$): "
-                           f"$\\hat c_2$={row.estimate:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}], curve $\\hat c_2/c$"))
+            row = fit.iloc[0]
+            sub = curves[(curves["curve"] == "paper_form") & (curves["metric"] == metric)
+                         & (curves["measure"] == measure)].sort_values("c")
+            ax.plot(sub["c"], sub["exponent"], color="grey", linestyle=ls, linewidth=1.4,
+                    label=(f"paper form $c_1\\ln L/L^{{c_2/\\sigma^2}}$ ({metric}, $c \\geq {row.min_c:g}$): "
+                           f"$\\hat c_2$={row.c2:.2f} [{row.c2_ci_low:.2f}, {row.c2_ci_high:.2f}], curve $\\hat c_2/c$"))
         ax.set_xscale("log")
         ax.set_xlabel(r"tilt strength $c = \sigma^2 u^2$" + ("  ($\\sigma^2 = c$, $U = I$)" if measure == "gaussian" else ""))
         ax.set_ylabel(r"decay exponent $p$  (error $\propto L^{-p}$)")

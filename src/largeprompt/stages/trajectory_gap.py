@@ -23,8 +23,9 @@ from largeprompt.maths.rates import loglog_slope_by_group
 KEYS = ["model", "prompt_length", "seed"]
 
 
-def theta_columns(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c.startswith("theta_")]
+def weights(rows: pd.DataFrame) -> np.ndarray:
+    """The weights θ [T, P] of trajectory rows (column ``theta``: one list per row, largeprompt.icl.models.flatten order)."""
+    return np.stack(rows["theta"].to_list())
 
 
 def flow_at(task, base_seed: int, seed: int, times: np.ndarray, tol: dict) -> np.ndarray:
@@ -35,18 +36,17 @@ def flow_at(task, base_seed: int, seed: int, times: np.ndarray, tol: dict) -> np
 
 def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict) -> pd.DataFrame:
     """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floor."""
-    cols = theta_columns(runs)
     rows, flows = [], {}
     for (model, L, seed), g in runs.groupby(KEYS):
         shared = g[g["stream"] == 0].sort_values("step")
         times = shared["time"].to_numpy()
         if (seed, tuple(times)) not in flows:
             flows[(seed, tuple(times))] = flow_at(task, base_seed, int(seed), times, tol)
-        gap = np.linalg.norm(shared[cols].to_numpy() - flows[(seed, tuple(times))], axis=1).max()
+        gap = np.linalg.norm(weights(shared) - flows[(seed, tuple(times))], axis=1).max()
         other = g[g["stream"] > 0].sort_values("step")
         floor = np.nan
         if len(other) == len(shared):
-            floor = np.linalg.norm(shared[cols].to_numpy() - other[cols].to_numpy(), axis=1).max()
+            floor = np.linalg.norm(weights(shared) - weights(other), axis=1).max()
         rows.append({"experiment": "full_model", "model": model, "prompt_length": int(L), "seed": int(seed),
                      "sup_distance": float(gap), "own_noise_floor": float(floor),
                      "status": "diverged" if (g["status"] == "diverged").any() else "ok"})

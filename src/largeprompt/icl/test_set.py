@@ -1,5 +1,5 @@
-"""Stage 1, in-context regression data: the fixed test set and the reference risks on it
-(docs/experiments.md#training_vs_prompt_length, docs/theory.md#bayes-risk).
+"""The held-out test set of the in-context regression task, and the reference risks on it
+(docs/experiments.md#training_vs_prompt_length, docs/theory.md#bayes-risk, docs/theory.md#linear-attention-optimum).
 
 The test set holds ``n_test`` prompts at the largest prompt length, drawn from stream
 (seed, "icl/test", 0), in long format: one row per (prompt, token_index). Rows 0…L_max−1 are the
@@ -14,9 +14,7 @@ import torch
 
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl.risks import linear_attention_fixed_point, optimal_linear_attention_risk
-from largeprompt.icl.task import RegressionTask, regression_task, ridge_predictions
-from largeprompt.io.parquet_io import read_parquet, write_parquet
-from largeprompt.io.provenance import provenance
+from largeprompt.icl.task import RegressionTask, ridge_predictions
 
 QUERY_INDEX = -1
 
@@ -55,13 +53,6 @@ def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=t
     return query, prompt, target
 
 
-def make_icl_test_set(inputs, outputs, params, rule="make_icl_test_set"):
-    """Write results/<run>/data/icl_test.parquet."""
-    icl = params["icl"]
-    frame = test_set_frame(regression_task(icl), int(icl["n_test"]), int(params["max_prompt_length"]), int(params["seed"]))
-    write_parquet(frame, outputs["test_set"], provenance(rule, params, base_seed=params["seed"]))
-
-
 def bayes_prompt_lengths(train_lengths, n_grid: int = 30) -> list[int]:
     """The training grid plus a geometric grid from 1 to the largest L, for a smooth Bayes curve."""
     grid = np.unique(np.round(np.geomspace(1, max(train_lengths), n_grid)).astype(int))
@@ -97,15 +88,3 @@ def reference_risks(task: RegressionTask, test_set, prompt_length: int, ridge: f
         "optimal_linear_attention_test_risk": float(linear.mean()),
         "optimal_linear_attention_test_risk_se": float(linear.std() / n**0.5),
     }
-
-
-def bayes_risk(inputs, outputs, params, rule="bayes_risk"):
-    """Write results/<run>/data/bayes_risk.parquet: per L, the reference risks of :func:`reference_risks`."""
-    icl, lengths = params["icl"], params["train"]["prompt_lengths"]
-    task = regression_task(icl)
-    test_set = load_test_set(read_parquet(inputs["test_set"]))
-    ridge = icl["noise_variance"] / icl["task_variance"]
-    rows = [reference_risks(task, test_set, L, ridge) for L in bayes_prompt_lengths(lengths)]
-    frame = pd.DataFrame(rows)
-    frame["in_training_grid"] = frame["prompt_length"].isin(set(lengths))
-    write_parquet(frame, outputs["bayes_risk"], provenance(rule, params))

@@ -1,4 +1,4 @@
-"""Stage 1, data generation: the fixed query points of R1 (docs/experiments.md#affine_limit)."""
+"""Rule ``make_affine_limit_queries``: the query points of R1 along a ray (docs/experiments.md#affine_limit)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,13 +25,13 @@ def ray_queries(ray: Ray) -> pd.DataFrame:
     e = np.asarray(ray.direction, dtype=np.float64)
     e = e / np.linalg.norm(e)
     t = np.linspace(-ray.t_max, ray.t_max, ray.n_points)
-    frame = pd.DataFrame({"experiment": "affine_limit", "point": np.arange(ray.n_points), "t": t})
+    frame = pd.DataFrame({"point": np.arange(ray.n_points), "t": t})
     for j, ej in enumerate(e):
         frame[f"z{j}"] = t * ej
     return frame
 
 
-def make_queries(inputs, outputs, params, rule="make_queries"):
-    """Write results/<run>/data/queries.parquet."""
+def make_affine_limit_queries(inputs, outputs, params, rule="make_affine_limit_queries"):
+    """Write results/<run>/affine_limit/queries.parquet."""
     ray = settings_from(Ray, params["affine_limit"]["ray"], "affine_limit.ray")
     write_parquet(ray_queries(ray), outputs["queries"], provenance(rule, params))

@@ -1,4 +1,4 @@
-"""The R6 results tables: one row per run with its status, and one row per (model, L) with the statistics of
+"""Rule ``summarize_training``, the R6 results tables: one row per run with its status, and one row per (model, L) with the statistics of
 the ok runs, their modes, the convergence check and the theory (docs/experiments.md#training_vs_prompt_length,
 docs/experiments.md#run-status).
 

@@ -1,29 +1,17 @@
 """How often the R∞ flow from a torch-default init drifts, and what predicts it
-(docs/experiments.md#init_dependence, docs/theory.md#drifting-flows).
-
-* :func:`simulate_init_dependence`: the flow of every init seed 0 … n−1 to 2T, classified at T and at 2T by
-  :func:`largeprompt.icl.flow_class.classify_flow`, with quantities computable at init and along the flow.
-* :func:`summarize_init_dependence`: the fraction of each class with its Wilson interval, and the
-  cross-validated accuracy of each predictor of drift against the majority baseline.
-"""
+(docs/experiments.md#init_dependence, docs/theory.md#drifting-flows): one seed's flow to 2T classified at T and 2T
+with the quantities that might predict its class, and the tables the figure draws (class fractions with Wilson
+intervals, cross-validated predictors against the majority baseline)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl import models
 from largeprompt.icl.dynamics import integrate_flow
 from largeprompt.icl.flow_class import FLOW_CLASSES, classify_flow
-from largeprompt.icl.full_model_risk import FullModelRisk, full_model_risk
-from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import initial_parameters
-from largeprompt.io.parquet_io import read_parquet, write_parquet
-from largeprompt.io.pipeline import settings_from
-from largeprompt.io.provenance import provenance
-from largeprompt.io.runlog import progress
+from largeprompt.icl.full_model_risk import FullModelRisk
 from largeprompt.maths.classifiers import logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
 
 # What could predict a flow's class, computed from its initial weights (docs/experiments.md#init_dependence).
@@ -31,14 +19,6 @@ INIT_FEATURES = ("u_y", "readout_share", "readout_determinant", "full_rank_drive
                  "qk_imbalance", "vo_imbalance", "qk_imbalance_min_eigenvalue", "vo_imbalance_yy")
 # ... and what can be read off the flow itself before its class is settled.
 FLOW_FEATURES = ("escape_time", "route_ratio_half_escape")
-
-
-@dataclass(frozen=True)
-class InitFlowSettings:
-    """Config ``init_dependence``: the seeds 0 … n_seeds−1 and the classification horizon T."""
-
-    n_seeds: int
-    horizon: float
 
 
 def init_features(risk: FullModelRisk, theta0: np.ndarray) -> dict[str, float]:
@@ -92,25 +72,6 @@ def seed_row(risk: FullModelRisk, theta0: np.ndarray, times: np.ndarray, tol: di
     return row
 
 
-def simulate_init_dependence(inputs, outputs, params, rule="simulate_init_dependence"):
-    """Write results/<run>/init_dependence/flows.parquet: one row per init seed (module docstring)."""
-    cfg = settings_from(InitFlowSettings, params["init_dependence"], "init_dependence")
-    task = regression_task(params["icl"])
-    risk = full_model_risk(task)
-    times = classification_times(cfg.horizon)
-    tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
-    rows = []
-    for seed in progress(range(cfg.n_seeds), desc=f"flows of {cfg.n_seeds} inits to t = {times[-1]:g}"):
-        theta0 = models.flatten(initial_parameters(params["seed"], seed, task.token_dim)).numpy()
-        rows.append({"seed": seed, **seed_row(risk, theta0, times, tol, task.noise_variance)})
-    frame = pd.DataFrame(rows)
-    counts = frame["flow_class"].value_counts().to_dict()
-    changed = int((frame["flow_class"] != frame["flow_class_doubled_horizon"]).sum())
-    print(f"classes at T = {cfg.horizon:g}: {counts}; doubling T changes {changed} of {cfg.n_seeds}")
-    write_parquet(frame, outputs["flows"], provenance(rule, params, base_seed=params["seed"],
-                                                      run_seeds=list(range(cfg.n_seeds))))
-
-
 def class_table(flows: pd.DataFrame, level: float) -> pd.DataFrame:
     """One row per flow class: count, fraction and its Wilson interval; how many seeds change class at 2T."""
     n = len(flows)
@@ -142,18 +103,3 @@ def predictor_table(flows: pd.DataFrame, n_folds: int, level: float) -> pd.DataF
         rows.append({"predictor": name, "computed": kind, "n_flows": n, "n_correct": correct, "accuracy": correct / n,
                      "accuracy_lo": lo, "accuracy_hi": hi, "majority_baseline": baseline})
     return pd.DataFrame(rows)
-
-
-def summarize_init_dependence(inputs, outputs, params, rule="summarize_init_dependence"):
-    """Write results/<run>/init_dependence/classes.parquet and predictors.parquet."""
-    flows = read_parquet(inputs["flows"])
-    level = 0.95
-    classes, predictors = class_table(flows, level), predictor_table(flows, int(params["init_dependence"]["n_folds"]), level)
-    for r in classes.itertuples():
-        print(f"{r.flow_class:9s}: {r.n_flows}/{r.n_seeds} = {r.fraction:.3f} [{r.fraction_lo:.3f}, {r.fraction_hi:.3f}]")
-    for r in predictors.itertuples():
-        print(f"{r.predictor:32s} ({r.computed}): accuracy {r.accuracy:.3f} [{r.accuracy_lo:.3f}, {r.accuracy_hi:.3f}]"
-              f" vs majority {r.majority_baseline:.3f}")
-    prov = provenance(rule, params, run_seeds=sorted(flows["seed"]))
-    write_parquet(classes, outputs["classes"], prov)
-    write_parquet(predictors, outputs["predictors"], prov)

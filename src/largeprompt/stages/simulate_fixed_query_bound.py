@@ -2,7 +2,7 @@
 rigorous finite-L bound (docs/experiments.md#fixed_query_bound, docs/theory.md#fixed-query-fluctuations,
 docs/theory.md#fixed-query-bound).
 
-One row per (κ, L, δ) of fixed_query_bounds.parquet:
+Rule ``simulate_fixed_query_bound``: one row per (κ, L, δ) of fixed_query_bound/quantiles.parquet:
 
 * ``empirical_quantile`` with its order-statistic CI ``quantile_ci_low``/``quantile_ci_high``, ``empirical_rms``;
 * the δ-method prediction: ``delta_method_rms`` = √(tr C/L) and ``delta_method_quantile``, the (1 − δ)-quantile
@@ -29,15 +29,15 @@ from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.io.provenance import provenance
 from largeprompt.io.runlog import progress
 from largeprompt.maths.attention import streaming_tilted_moments
+from largeprompt.maths.concentration import prompt_length_grid
 from largeprompt.maths.fluctuations import gaussian_asymptotic_covariance, gaussian_bound_terms, gaussian_norm_quantiles, sharp_bound, simple_bound
 from largeprompt.maths.measures import make_measure, toeplitz_covariance
 from largeprompt.maths.rates import order_statistic_ci
-from largeprompt.stages.concentration import prompt_length_grid
 
 
 @dataclass(frozen=True)
 class FixedQuerySettings:
-    """Config section ``bounds.fixed_query``."""
+    """Config section ``fixed_query_bound``."""
 
     kappas: list
     rho: float
@@ -48,6 +48,8 @@ class FixedQuerySettings:
     repetition_block: int
     deltas: list
     n_limit_law_draws: int
+    chunk_size: int
+    ci_level: float
 
 
 def fixed_query_setup(kappa: float, dim: int, rho: float, dtype=torch.float64):
@@ -70,7 +72,7 @@ def sorted_errors(cfg: FixedQuerySettings, measure, tilt, limit, lengths, seed, 
     dim = tilt.shape[-1]
     for b, start in enumerate(progress(range(0, cfg.n_repetitions, cfg.repetition_block), desc=f"fixed query kappa={kappa:g}")):
         r = min(cfg.repetition_block, cfg.n_repetitions - start)
-        gen = stream_generator(seed, "bounds/fixed_query/prompts", kidx, b, device=device)
+        gen = stream_generator(seed, "fixed_query_bound/prompts", kidx, b, device=device)
         mean_l, _ = streaming_tilted_moments(tilt.expand(r, dim), measure, lengths[-1], gen, chunk_size=chunk_size,
                                              prefix_lengths=lengths, prompt_batch_shape=(r,))  # [P, R, D]
         errors.append(torch.linalg.vector_norm(mean_l - limit, dim=-1).T.cpu().numpy())  # V = I: [R, P]
@@ -100,9 +102,9 @@ def kappa_rows(kappa, errors, lengths, terms, limit_quantiles, deltas, level) ->
     return rows
 
 
-def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_query_bounds", runtime=DEFAULT_RUNTIME):
+def simulate_fixed_query_bound(inputs, outputs, params, rule="simulate_fixed_query_bound", runtime=DEFAULT_RUNTIME):
     """Write fixed_query_bounds.parquet: per (κ, L, δ) the empirical quantile, the δ-method prediction and the bounds."""
-    cfg = settings_from(FixedQuerySettings, params["bounds"]["fixed_query"], "bounds.fixed_query")
+    cfg = settings_from(FixedQuerySettings, params["fixed_query_bound"], "fixed_query_bound")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     lengths = prompt_length_grid(cfg.log2_min_prompt_length, cfg.log2_max_prompt_length, 1)
     deltas = [float(d) for d in cfg.deltas]
@@ -112,14 +114,14 @@ def simulate_fixed_query_bounds(inputs, outputs, params, rule="simulate_fixed_qu
         measure = make_measure("gaussian", cfg.dim, cov=cov.to(device), dtype=dtype, device=device)
         tilt = (attention_matrix @ query).to(device)  # a [D]
         limit = measure.cgf_grad(tilt)  # T_∞ = V ∇K(a), V = I [D]
-        errors = sorted_errors(cfg, measure, tilt, limit, lengths, params["seed"], kappa, params["bounds"]["chunk_size"], device)
+        errors = sorted_errors(cfg, measure, tilt, limit, lengths, params["seed"], kappa, cfg.chunk_size, device)
         terms = gaussian_bound_terms(tilt.cpu(), cov, value_matrix)
         c_mat = gaussian_asymptotic_covariance(tilt.cpu(), cov, value_matrix)
-        law_gen = stream_generator(params["seed"], "bounds/fixed_query/limit_law", int(round(kappa * 1e6)))
+        law_gen = stream_generator(params["seed"], "fixed_query_bound/limit_law", int(round(kappa * 1e6)))
         law_q = gaussian_norm_quantiles(c_mat, [1 - d for d in deltas], law_gen, int(cfg.n_limit_law_draws))  # [Δ]
-        rows += kappa_rows(kappa, errors, lengths, terms, law_q, deltas, float(params["bounds"]["ci_level"]))
+        rows += kappa_rows(kappa, errors, lengths, terms, law_q, deltas, float(cfg.ci_level))
     out = pd.DataFrame(rows)
     broken = out[~out["bound_holds"]]
     if len(broken):
         print(f"WARNING: empirical quantile above the rigorous bound in {len(broken)} cells:\n{broken}")
-    write_parquet(out, outputs["result"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))
+    write_parquet(out, outputs["quantiles"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))

@@ -1,4 +1,4 @@
-"""R1 Monte Carlo: finite-prompt attention along a query ray against its exact limit (docs/experiments.md#affine_limit).
+"""Rule ``simulate_affine_limit`` (R1): finite-prompt attention along a query ray against its exact limit (docs/experiments.md#affine_limit).
 
 For each token measure μ, prompt p (its own counter-based stream) and nested prompt length L,
 T_{μ_L}(t·e) is evaluated at every ray point in one streaming pass; the infinite-prompt value
@@ -63,11 +63,10 @@ def finite_prompt_outputs(query, measure, U, V, lengths, n_prompts, chunk_size, 
 
 
 def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=DEFAULT_RUNTIME):
-    """Write results/<run>/affine_limit/affine_limit.parquet: one row per (measure, L, prompt, point)."""
+    """Write results/<run>/affine_limit/outputs.parquet: one row per (measure, L, prompt, point)."""
     cfg = settings_from(AffineLimitSettings, params["affine_limit"], "affine_limit")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
-    queries = read_parquet(inputs["queries"])
-    queries = queries[queries["experiment"] == "affine_limit"].sort_values("point")
+    queries = read_parquet(inputs["queries"]).sort_values("point")
     coords = [c for c in queries.columns if c.startswith("z")]
     query = torch.tensor(queries[coords].to_numpy(), dtype=dtype, device=device)  # [P, D]
     n_points, dim = query.shape
@@ -92,4 +91,4 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
             "infinite_prompt_output": limit[point_idx.ravel()],
         }))
     frame = pd.concat(frames, ignore_index=True)
-    write_parquet(frame, outputs["result"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))
+    write_parquet(frame, outputs["outputs"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))

@@ -1,0 +1,95 @@
+"""Training every run of one prompt length, as the ``train`` and ``train_transfer`` rules do
+(docs/experiments.md#training-protocol, docs/experiments.md#drifting-runs): the runs, their step sizes
+from their own R∞ flows, and the stacked SGD with checkpoints."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from largeprompt.icl.schedules import Decay, stability_margin, step_sizes
+from largeprompt.icl.task import RegressionTask
+from largeprompt.icl.trainer import PromptLengthTrainer
+from largeprompt.icl.training import run_specs
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Config section ``train`` (or ``transfer``): what determines the runs of one prompt length."""
+
+    models: list
+    seeds: list
+    replicate_seeds: list
+    batch_size: int
+    lr: float
+    step_size_rule: str
+    stability_fraction: float
+    horizon: float
+    decay_start: float
+    decay_end: float
+    final_lr: float
+    n_log: int
+    divergence_threshold: float
+    fatal_divergence: bool
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What training reads from one seed's R∞ flow: its sharpness on the flow grid and its class."""
+
+    times: np.ndarray
+    sharpness: np.ndarray
+    kind: str  # flow_class.FLOW_CLASSES
+
+
+def schedules(cfg: TrainSettings, specs, flows: dict[int, Flow]) -> list[np.ndarray]:
+    """Each run's step sizes. A run whose flow drifts gets at most the step count of the longest other run
+    (docs/experiments.md#drifting-runs); a constant lr that a flow says is unstable is warned about, naming the key."""
+    decay = Decay(cfg.decay_start, cfg.decay_end, cfg.final_lr)
+
+    def schedule(seed, horizon):
+        flow = flows.get(seed)
+        return step_sizes(cfg.step_size_rule, cfg.lr, horizon, cfg.stability_fraction,
+                          None if flow is None else (flow.times, flow.sharpness), decay)
+
+    seeds = sorted({s.seed for s in specs})
+    by_seed = {s: schedule(s, cfg.horizon) for s in seeds}
+    drifting = [s for s in seeds if s in flows and flows[s].kind == "drifts"]
+    steady = [len(by_seed[s]) for s in seeds if s not in drifting]
+    budget = max(steady) if steady else len(step_sizes("constant", cfg.lr, cfg.horizon))
+    for s in drifting:
+        if len(by_seed[s]) > budget:
+            print(f"seed {s}: its R∞ flow drifts; its {len(by_seed[s])} steps to t = {cfg.horizon:g} are cut at {budget}, "
+                  f"the longest other run, so it trains to t = {by_seed[s][:budget].sum():.4g}")
+            by_seed[s] = by_seed[s][:budget]
+    for s in seeds:
+        if s in flows and (margin := stability_margin(by_seed[s], flows[s].times, flows[s].sharpness)) >= 2.0:
+            times, sharp = flows[s].times, flows[s].sharpness
+            print(f"WARNING: config key 'train.lr' = {cfg.lr:g} is unstable for seed {s}: lr·sharpness of its "
+                  f"R∞ flow reaches {margin:.3g} ≥ 2 (sharpness {sharp.max():.3g} at t = {times[sharp.argmax()]:g}; "
+                  f"stable below lr = {2 / sharp.max():.3g}, or use train.step_size_rule: flow_sharpness)")
+    return [by_seed[s.seed] for s in specs]
+
+
+def train_runs(cfg: TrainSettings, task: RegressionTask, prompt_length: int, base_seed: int, test_set,
+               flows: dict[int, Flow], *, checkpoint: Path | None, checkpoint_every: int, key_extra: dict, device,
+               progress=None) -> pd.DataFrame:
+    """Every run of ``cfg`` at ``prompt_length`` trained to its horizon: the trajectory rows of all runs, with
+    each run's largest lr·sharpness along its own flow in column ``stability_margin`` (NaN without a flow)."""
+    specs = run_specs(cfg.models, cfg.seeds, cfg.replicate_seeds)
+    sizes = schedules(cfg, specs, flows)
+    margins = {(s.model, s.seed, s.stream): stability_margin(lr, flows[s.seed].times, flows[s.seed].sharpness)
+               for s, lr in zip(specs, sizes) if s.seed in flows}
+    if margins:
+        print(f"largest lr·sharpness along the runs' own flows: {max(margins.values()):.3f} (stable below 2)")
+    trainer = PromptLengthTrainer(task, specs, sizes, prompt_length=prompt_length, base_seed=base_seed,
+                                  batch_size=cfg.batch_size, n_log=cfg.n_log, divergence_threshold=cfg.divergence_threshold,
+                                  dtype=cfg.dtype, device=device)
+    frame = trainer.run(test_set, checkpoint=checkpoint, checkpoint_every=checkpoint_every, key_extra=key_extra,
+                        fatal_divergence=cfg.fatal_divergence, progress=progress)
+    keys = zip(frame["model"], frame["seed"], frame["stream"])
+    frame["stability_margin"] = [margins.get((m, int(s), int(j)), np.nan) for m, s, j in keys]  # max lr·λ of the run
+    return frame

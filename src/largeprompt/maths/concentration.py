@@ -1,0 +1,56 @@
+"""The random-query concentration sweep of R2 and R3 (docs/experiments.md#output_concentration,
+docs/theory.md#random-query-rate): its L grid, its scales and one block of repetitions.
+
+Scales (docs/theory.md#random-query-rate): Gaussian tokens N(0, σ² I) with σ² = c and U = I (the paper
+varies the token scale σ at fixed U); Rademacher / uniform tokens have unit variance, so U = √c I. V = I_D.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from largeprompt.maths.attention import streaming_tilted_moments
+from largeprompt.maths.gradients import jacobian_sq_errors
+from largeprompt.maths.measures import make_measure
+
+ERROR_KEYS = ["measure", "c", "sigma_sq", "u", "prompt_length", "repetition", "kappa"]  # the keys of an error row
+
+
+def prompt_length_grid(log2_min: int, log2_max: int, points_per_octave: int = 1) -> list[int]:
+    """Log-spaced integer prompt lengths round(2^{k/points_per_octave}) from 2^log2_min to 2^log2_max."""
+    if log2_max - log2_min < 2:
+        raise ValueError(
+            f"config keys log2_min_prompt_length = {log2_min} and log2_max_prompt_length = {log2_max}: "
+            "the L grid needs log2_max_prompt_length ≥ log2_min_prompt_length + 2 to fit a rate"
+        )
+    steps = np.arange(log2_min * points_per_octave, log2_max * points_per_octave + 1)
+    return sorted({int(round(2.0 ** (k / points_per_octave))) for k in steps})
+
+
+def tilt_scales(measure_name: str, c: float) -> tuple[float, float]:
+    """(σ², u) with c = σ² u²: Gaussian varies σ² = c at u = 1, the others u = √c at σ = 1."""
+    if measure_name == "gaussian":
+        return float(c), 1.0
+    return 1.0, math.sqrt(c)
+
+
+def sweep_measure(measure_name: str, dim: int, sigma_sq: float, dtype, device):
+    """The token measure of the sweep: N(0, σ² I_D), or unit-variance Rademacher / uniform."""
+    cov = sigma_sq * torch.eye(dim, dtype=dtype, device=device) if measure_name == "gaussian" else None
+    return make_measure(measure_name, dim, cov=cov, dtype=dtype, device=device)
+
+
+def repetition_block_errors(measure, query, attention_matrix, value_matrix, lengths, gen, chunk_size):
+    """Squared output, ∇_U and ∇_V errors [R, P] and log ρ(a) [R] of one block of repetitions."""
+    tilt = query @ attention_matrix.T  # a = U z_q, [R, D]
+    mean_l, cov_l = streaming_tilted_moments(
+        tilt, measure, lengths[-1], gen, chunk_size=chunk_size,
+        prefix_lengths=lengths, second_moment=True, prompt_batch_shape=(query.shape[0],),
+    )  # [P, R, D], [P, R, D, D]
+    mean_inf, cov_inf = measure.cgf_grad(tilt), measure.cgf_hess(tilt)  # [R, D], [R, D, D]
+    gap = (mean_l - mean_inf) @ value_matrix.T  # T_L − T_∞, [P, R, Dout]
+    err_u, err_v = jacobian_sq_errors(mean_l, cov_l, mean_inf, cov_inf, query, value_matrix)  # [P, R]
+    kappa = measure.cgf(2 * tilt).sub(2 * measure.cgf(tilt))  # log E w²/(E w)², [R]
+    return [x.T.cpu().numpy() for x in ((gap * gap).sum(-1), err_u, err_v)] + [kappa.cpu().numpy()]

@@ -1,0 +1,47 @@
+"""Rule ``full_model_flow`` (docs/theory.md#full-model-infinite-prompt-risk): gradient flow on the closed-form R∞
+of the §6 model from a seed's initial training weights, on a uniform time grid over the training horizon, with its
+sharpness (the largest Hessian eigenvalue) and det(u_y M_x) at every grid time: the training schedule, the
+drifting-run cut and the summary read it."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from largeprompt.icl import models
+from largeprompt.icl.dynamics import full_model_flow as full_flow_path
+from largeprompt.icl.flow_class import classify_flow
+from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.task import regression_task
+from largeprompt.icl.training import initial_parameters
+from largeprompt.io.parquet_io import write_parquet
+from largeprompt.io.provenance import provenance
+
+
+def flow_times(horizon: float, n_points: int) -> np.ndarray:
+    """The uniform grid 0 = t_0 < … < t_{n−1} = horizon on which each full-model flow is logged."""
+    return np.linspace(0.0, float(horizon), int(n_points))
+
+
+def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
+    """Write results/<run>/infinite/full_model_seed{seed}.parquet: θ(t), R∞(θ(t)), the sharpness and det(u_y M_x)."""
+    task = regression_task(params["icl"])
+    seed = int(params["run_seed"])
+    times = flow_times(params["train"]["horizon"], params["infinite"]["flow_points"])
+    params0 = initial_parameters(params["seed"], seed, task.token_dim)
+    tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
+    thetas, risks = full_flow_path(task, params0, times, **tol)
+    print(f"seed {seed}: R_inf from {risks[0]:.4f} to {risks[-1]:.6f} on t in [0, {times[-1]:g}]")
+    risk = full_model_risk(task)
+    frame = pd.DataFrame({"seed": seed, "time": times, "infinite_prompt_risk": risks,
+                          "sharpness": risk.sharpness(thetas), "readout_determinant": risk.readout_determinant(thetas)})
+    summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), task.token_dim), task.token_dim)
+                 for th in thetas]
+    frame = pd.concat([frame, pd.DataFrame(summaries)], axis=1)
+    frame["theta"] = list(thetas)  # all weights, a list per row in the order of models.flatten (Q, K, V, O)
+    kind, escape = classify_flow(times, risks, frame["readout_determinant"], task.noise_variance)
+    print(f"seed {seed}: largest sharpness {frame['sharpness'].max():.3g} at t = {frame.loc[frame['sharpness'].idxmax(), 'time']:g};"
+          f" the flow {kind} (escape at t = {escape:.4g}, det(u_y M_x) = {frame['readout_determinant'].iloc[-1]:.3g} at T)")
+    write_parquet(frame, outputs["flow"], provenance(rule, params, base_seed=params["seed"], run_seeds=[seed]))
+
+
