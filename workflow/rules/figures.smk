@@ -31,6 +31,8 @@ rule plot_affine_limit:
         ),
     log:
         logs("figures/affine_limit.log"),
+    benchmark:
+        benchmarks("plot_affine_limit.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -64,6 +66,8 @@ rule plot_output_concentration:
         ),
     log:
         logs("figures/output_concentration.log"),
+    benchmark:
+        benchmarks("plot_output_concentration.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -97,6 +101,8 @@ rule plot_gradient_concentration:
         ),
     log:
         logs("figures/gradient_concentration.log"),
+    benchmark:
+        benchmarks("plot_gradient_concentration.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -125,6 +131,8 @@ rule plot_rate_exponent:
         ),
     log:
         logs("figures/rate_exponent.log"),
+    benchmark:
+        benchmarks("plot_rate_exponent.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -150,6 +158,8 @@ rule plot_fixed_query_bound:
         ),
     log:
         logs("figures/fixed_query_bound.log"),
+    benchmark:
+        benchmarks("plot_fixed_query_bound.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -175,6 +185,8 @@ rule plot_balanced_flow:
         ),
     log:
         logs("figures/balanced_flow.log"),
+    benchmark:
+        benchmarks("plot_balanced_flow.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -203,6 +215,8 @@ rule plot_training_vs_prompt_length:
         ),
     log:
         logs("figures/training_vs_prompt_length.log"),
+    benchmark:
+        benchmarks("plot_training_vs_prompt_length.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -230,6 +244,8 @@ rule plot_init_dependence:
         ),
     log:
         logs("figures/init_dependence.log"),
+    benchmark:
+        benchmarks("plot_init_dependence.tsv")
     conda:
         ENV
     threads: threads(compute=False)
@@ -258,6 +274,8 @@ rule plot_trajectory_transfer:
         ),
     log:
         logs("figures/trajectory_transfer.log"),
+    benchmark:
+        benchmarks("plot_trajectory_transfer.tsv")
     conda:
         ENV
     threads: threads(compute=False)

@@ -1,16 +1,17 @@
 """Peak memory of every Snakemake job, and the ``mem_mb`` it should declare (``largeprompt bench --memory``).
 
-The pipeline runs in a fresh copy with a ``sitecustomize`` hook on PYTHONPATH: every job's Python process
-appends its rule, wildcards and peak RSS (getrusage ru_maxrss, the kernel's high-water mark) to a log at exit.
+The pipeline runs from empty in a fresh copy; every rule has a ``benchmark:`` file, in which Snakemake itself
+records each job's wall time, CPU time and peak RSS (benchmarks/<run>/<rule>[/<wildcards>].tsv).
 """
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import pandas as pd
 
 from largeprompt.bench.costs import prepared, timed, with_values
 from largeprompt.bench.pipeline import REPO, checkout_env, fresh_copy, paper_config
@@ -18,23 +19,6 @@ from largeprompt.bench.report import run_worker
 from largeprompt.maths.concentration import prompt_length_grid
 
 MARGIN, STEP_MB, MIN_MB = 1.5, 100, 500
-HOOK = '''import atexit, json, os, resource, sys
-
-
-def _peak_rss():
-    smk = getattr(sys.modules.get("__main__"), "snakemake", None)
-    if smk is None:  # Snakemake itself, or any other Python process
-        return
-    with open(os.environ["LARGEPROMPT_RSS_LOG"], "a") as fh:
-        fh.write(json.dumps({"rule": smk.rule, "wildcards": dict(smk.wildcards.items()),
-                             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}) + "\\n")
-
-
-if os.environ.get("LARGEPROMPT_RSS_LOG"):
-    atexit.register(_peak_rss)
-'''
-
-
 def mem_mb(peak_mb: float, margin: float = MARGIN, step: int = STEP_MB, floor: int = MIN_MB) -> int:
     """The ``mem_mb`` to declare for a measured peak: peak × margin, rounded up to ``step`` MB, at least ``floor``."""
     if not math.isfinite(peak_mb) or peak_mb < 0:
@@ -53,29 +37,38 @@ def peaks_by_rule(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+def benchmark_records(folder: Path) -> list[dict]:
+    """One record per job of Snakemake's benchmark files under ``folder`` (benchmarks/<run>/): rule, wildcards (the
+    file's path below the rule), wall seconds, CPU seconds and peak RSS in MB."""
+    records = []
+    for path in sorted(Path(folder).rglob("*.tsv")):
+        rel = path.relative_to(folder).with_suffix("")
+        rule, wildcards = rel.parts[0], "/".join(rel.parts[1:])
+        row = pd.read_csv(path, sep="\t").iloc[-1]
+        records.append({"rule": rule, "wildcards": wildcards, "wall_s": float(row["s"]), "cpu_s": float(row["cpu_time"]),
+                        "peak_rss_mb": float(row["max_rss"])})
+    return records
+
+
 def profile_pipeline(configfile: str | None, cores: int = 1) -> tuple[dict[str, dict], str]:
-    """Run the pipeline from empty in a fresh copy: :func:`peaks_by_rule` of its jobs, and the end of Snakemake's
-    stderr if a job failed (the others still run: --keep-going)."""
+    """Run the pipeline from empty in a fresh copy: :func:`peaks_by_rule` of its jobs' benchmark files, and the end
+    of Snakemake's stderr if a job failed (the others still run: --keep-going)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = fresh_copy(REPO, Path(tmp) / "repo")
-        hook = Path(tmp) / "hook"
-        hook.mkdir()
-        (hook / "sitecustomize.py").write_text(HOOK)
-        log = Path(tmp) / "peak_rss.jsonl"
-        env = dict(checkout_env(work, hook), LARGEPROMPT_RSS_LOG=str(log))
         args = ["--cores", str(cores), "--keep-going"] + (["--configfile", configfile] if configfile else [])
-        proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=work, env=env, capture_output=True,
-                              text=True)
-        rows = log.read_text().splitlines() if log.exists() else []
+        proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=work, env=checkout_env(work),
+                              capture_output=True, text=True)
+        runs = [p for p in (work / "benchmarks").iterdir()] if (work / "benchmarks").is_dir() else []
+        records = [r for folder in runs for r in benchmark_records(folder)]
         failed = proc.stderr[-3000:] if proc.returncode != 0 else ""
-        return peaks_by_rule([json.loads(row) for row in rows if row.strip()]), failed
+        return peaks_by_rule(records), failed
 
 
 def bench_memory(configfile: str | None, cores: int = 1) -> list[str]:
     """One line per rule: its largest measured peak RSS and the mem_mb that covers it with the margin."""
     peaks, failed = profile_pipeline(configfile, cores)
     label = configfile or "config/config.yaml (default)"
-    out = [f"# peak RSS of every job (ru_maxrss at exit), {label}; mem_mb = peak x {MARGIN} rounded up to "
+    out = [f"# peak RSS of every job (Snakemake's benchmark files), {label}; mem_mb = peak x {MARGIN} rounded up to "
            f"{STEP_MB} MB, at least {MIN_MB}",
            f"{'rule':<32} {'jobs':>5} {'peak RSS (MB)':>14} {'mem_mb':>8}  largest job"]
     for rule in sorted(peaks):

@@ -3,8 +3,14 @@ docs/experiments.md#seeds-and-streams).
 
 Every random stream is keyed by (base seed, stream name, integer counters such as the
 repetition, the seed or the training step). ``numpy.random.SeedSequence`` hashes the key into
-a 64-bit seed for a fresh ``torch.Generator``, so stream k never depends on how many numbers
-stream k−1 drew, and a job can regenerate step s without replaying steps 0…s−1.
+a 64-bit seed for a fresh ``torch.Generator`` (:func:`stream_generator`) or numpy ``Generator``
+(:func:`stream_rng`), so stream k never depends on how many numbers stream k−1 drew, and a job can regenerate
+step s without replaying steps 0…s−1.
+
+Normal draws (:func:`standard_normal`, docs/theory.md#token-sampler): from a numpy Generator by its ziggurat in
+float64, whose law is N(0, 1) to double precision with untruncated tails (3 to 5 times faster than torch's float64
+``randn`` on a CPU); from a torch Generator by ``torch.randn`` in the requested dtype (in float32 a Box–Muller on
+24-bit uniforms, which never draws beyond |z| = √(48 ln 2) ≈ 5.77).
 """
 from __future__ import annotations
 
@@ -28,3 +34,30 @@ def stream_generator(base_seed: int, stream: str, *counters: int, device="cpu") 
     gen = torch.Generator(device=device)
     gen.manual_seed(stream_seed(base_seed, stream, *counters))
     return gen
+
+
+def stream_rng(base_seed: int, stream: str, *counters: int) -> np.random.Generator:
+    """A numpy Generator (SFC64 bits) seeded for the stream (base_seed, stream, *counters)."""
+    return np.random.Generator(np.random.SFC64(stream_seed(base_seed, stream, *counters)))
+
+
+def standard_normal(shape, generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """i.i.d. N(0, 1) of ``shape`` (module docstring): numpy's ziggurat in float64 for a numpy Generator (then cast),
+    ``torch.randn`` for a torch Generator or None."""
+    if isinstance(generator, np.random.Generator):
+        return torch.from_numpy(generator.standard_normal(tuple(shape))).to(dtype=dtype, device=device)
+    return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
+
+
+def uniform(shape, generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """i.i.d. U[0, 1) of ``shape``, from a numpy or torch Generator."""
+    if isinstance(generator, np.random.Generator):
+        return torch.from_numpy(generator.random(tuple(shape))).to(dtype=dtype, device=device)
+    return torch.rand(*shape, generator=generator, dtype=dtype, device=device)
+
+
+def random_bits(shape, generator, device="cpu") -> torch.Tensor:
+    """i.i.d. fair bits {0, 1} of ``shape`` (int64), from a numpy or torch Generator."""
+    if isinstance(generator, np.random.Generator):
+        return torch.from_numpy(generator.integers(0, 2, size=tuple(shape))).to(device=device)
+    return torch.randint(0, 2, tuple(shape), generator=generator, device=device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from largeprompt.core.seeding import standard_normal
 from largeprompt.maths.measures import toeplitz_covariance
 
 
@@ -39,21 +40,21 @@ class RegressionTask:
         chol, template = self._templates[key]
         return chol, template.clone()
 
-    def sample(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
+    def sample(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
         """Draw ``batch`` prompts: (query_tokens [B, D], prompt_tokens [B, L, D], targets [B])."""
         return self.sample_with_tasks(batch, prompt_length, generator, dtype, device)[:3]
 
-    def sample_with_tasks(self, batch: int, prompt_length: int, generator: torch.Generator | None = None, dtype=torch.float64, device="cpu"):
+    def sample_with_tasks(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
         """As :meth:`sample`, also returning the task vectors β [B, d].
 
-        One randn call g for the L + 1 tokens and their noise (the [B, L+1, D] floor), one for β, then a
-        single batched product z = g T_β with T_β = [[Cᵀ, Cᵀβ], [0, σ]] (Λ = C Cᵀ): x = C g_x and
+        One normal draw g (:func:`largeprompt.core.seeding.standard_normal`) for the L + 1 tokens and their noise
+        (the [B, L+1, D] floor), one for β, then a single batched product z = g T_β with T_β = [[Cᵀ, Cᵀβ], [0, σ]] (Λ = C Cᵀ): x = C g_x and
         y = βᵀx + σ g_y in one pass, written straight into the token layout (x, y). The prompt is a
         [B, L, D] view of feature-major storage (strides (D(L+1), 1, L+1)).
         """
         d, L = self.dim, int(prompt_length)
-        g = torch.randn(batch, L + 1, d + 1, generator=generator, dtype=dtype, device=device)  # [B, L+1, D]
-        beta = torch.randn(batch, d, generator=generator, dtype=dtype, device=device) * self.task_variance**0.5  # [B, d]
+        g = standard_normal((batch, L + 1, d + 1), generator, dtype, device)  # [B, L+1, D]
+        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
         chol, transform = self._transform_parts(batch, dtype, device)  # C [d, d]; T_β [B, D, D] without Cᵀβ
         transform[:, :d, d] = beta @ chol  # Cᵀβ
         # [B, L+1, D] rows (x, y), stored feature-major ([B, D, L+1]): the product with a wide output is the one

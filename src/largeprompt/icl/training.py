@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from largeprompt.core.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator, stream_rng
 from largeprompt.icl import models, multirun
 from largeprompt.icl.risks import infinite_prompt_risk
 from largeprompt.icl.task import RegressionTask
@@ -53,9 +53,17 @@ def initial_parameters(base_seed: int, run_seed: int, dim: int, dtype=torch.floa
     return models.init_parameters(dim, stream_generator(base_seed, "train/init", run_seed), dtype=dtype, device=device)
 
 
+def batch_generator(base_seed: int, stream: int, step: int, dtype):
+    """The generator of batch ``step`` of batch stream ``stream``: numpy's ziggurat for float64 batches (the R4 runs;
+    exact law, faster than torch's float64 randn), torch's randn for float32 ones (docs/theory.md#token-sampler)."""
+    if dtype == torch.float64:
+        return stream_rng(base_seed, "train/batch", stream, step)
+    return stream_generator(base_seed, "train/batch", stream, step)
+
+
 def batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_size: int, prompt_length: int, dtype, device):
     """Batch ``step`` of batch stream ``stream``: (query [B, D], prompt [B, L, D], target [B])."""
-    gen = stream_generator(base_seed, "train/batch", stream, step)
+    gen = batch_generator(base_seed, stream, step, dtype)
     query, prompt, target = task.sample(batch_size, prompt_length, gen, dtype=dtype)
     return query.to(device), prompt.to(device), target.to(device)
 

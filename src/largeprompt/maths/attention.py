@@ -61,7 +61,7 @@ def _token_chunks(tokens: torch.Tensor, chunk_size: int) -> Iterator[torch.Tenso
         yield tokens[..., start : start + chunk_size, :]
 
 
-def prompt_chunks(measure: TokenMeasure, prompt_length: int, generator: torch.Generator | None,
+def prompt_chunks(measure: TokenMeasure, prompt_length: int, generator,
                   chunk_size: int = DEFAULT_CHUNK_SIZE, batch_shape: Sequence[int] = ()) -> Iterator[torch.Tensor]:
     """Draw a prompt of i.i.d. tokens from ``measure`` block by block: yields [*batch_shape, ≤chunk, D].
 
@@ -93,7 +93,7 @@ def streaming_tilted_moments(
     tilt: torch.Tensor,
     measure: TokenMeasure,
     prompt_length: int,
-    generator: torch.Generator | None,
+    generator,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     prefix_lengths: Sequence[int] | None = None,
@@ -137,7 +137,7 @@ def streaming_prompt_attention(
     prompt_length: int,
     attention_matrix: torch.Tensor,
     value_matrix: torch.Tensor,
-    generator: torch.Generator | None,
+    generator,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     *,
     prefix_lengths: Sequence[int] | None = None,

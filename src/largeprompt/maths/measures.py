@@ -3,7 +3,8 @@ docs/theory.md#infinite-prompt-operator, docs/theory.md#gaussian-limit, docs/the
 
 Each measure on R^D exposes
 
-* ``sample(n, generator)``: i.i.d. tokens, shape ``[*n, D]``;
+* ``sample(n, generator)``: i.i.d. tokens, shape ``[*n, D]``, from a torch or numpy Generator
+  (:mod:`largeprompt.core.seeding`: numpy draws normals by its ziggurat, docs/theory.md#token-sampler);
 * ``cgf(a)``: K(a) = log E_μ exp⟨a, z⟩, shape ``[...]``;
 * ``cgf_grad(a)``: ∇K(a), the mean of the tilted measure μ_a, shape ``[..., D]``;
 * ``cgf_hess(a)``: ∇²K(a), the covariance of μ_a, shape ``[..., D, D]``.
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from largeprompt.core.seeding import random_bits, standard_normal, uniform
 
 SQRT3 = math.sqrt(3.0)
 # Below this |x| the Langevin function and its relatives use their Taylor series:
@@ -138,7 +141,7 @@ class Gaussian(TokenMeasure):
         return Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
-        g = torch.randn(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.device)
+        g = standard_normal((*_shape(n), self.dim), generator, self.dtype, self.device)
         return self.loc + g @ self._chol.T  # [*n, D]
 
     def cgf(self, a):
@@ -162,7 +165,7 @@ class Rademacher(TokenMeasure):
         return Rademacher(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
-        bits = torch.randint(0, 2, (*_shape(n), self.dim), generator=generator, device=self.device)
+        bits = random_bits((*_shape(n), self.dim), generator, self.device)
         return (2 * bits - 1).to(self.dtype)
 
     def cgf(self, a):
@@ -189,7 +192,7 @@ class Uniform(TokenMeasure):
         return Uniform(self.dim, dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
-        r = torch.rand(*_shape(n), self.dim, generator=generator, dtype=self.dtype, device=self.device)
+        r = uniform((*_shape(n), self.dim), generator, self.dtype, self.device)
         return SQRT3 * (2.0 * r - 1.0)
 
     def cgf(self, a):

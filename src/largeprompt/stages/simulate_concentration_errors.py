@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from largeprompt.core.devices import dtype_of, resolve_device
-from largeprompt.core.seeding import stream_generator
+from largeprompt.core.seeding import standard_normal, stream_rng
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.io.provenance import provenance
@@ -51,9 +51,9 @@ def simulate_concentration_errors(inputs, outputs, params, rule="simulate_concen
     starts = range(0, cfg.n_repetitions, cfg.repetition_block)
     for b, start in enumerate(progress(starts, desc=f"errors {name} c={c:g}")):
         r = min(cfg.repetition_block, cfg.n_repetitions - start)
-        q_gen = stream_generator(params["seed"], f"concentration/queries/{name}/c{c:g}", b, device=device)
-        p_gen = stream_generator(params["seed"], f"concentration/prompts/{name}/c{c:g}", b, device=device)
-        query = torch.randn(r, cfg.dim, generator=q_gen, dtype=dtype, device=device)  # z_q, [R, D]
+        q_gen = stream_rng(params["seed"], f"concentration/queries/{name}/c{c:g}", b)
+        p_gen = stream_rng(params["seed"], f"concentration/prompts/{name}/c{c:g}", b)  # numpy's ziggurat (theory#token-sampler)
+        query = standard_normal((r, cfg.dim), q_gen, dtype, device)  # z_q, [R, D]
         blocks.append(repetition_block_errors(measure, query, attention_matrix, value_matrix, lengths, p_gen,
                                               cfg.chunk_size) + [np.arange(start, start + r)])
     output, grad_u, grad_v, kappa, reps = (np.concatenate(cols) for cols in zip(*blocks))

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from largeprompt.core.devices import dtype_of, resolve_device
-from largeprompt.core.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator, stream_rng
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.io.provenance import provenance
@@ -72,7 +72,7 @@ def sorted_errors(cfg: FixedQuerySettings, measure, tilt, limit, lengths, seed, 
     dim = tilt.shape[-1]
     for b, start in enumerate(progress(range(0, cfg.n_repetitions, cfg.repetition_block), desc=f"fixed query kappa={kappa:g}")):
         r = min(cfg.repetition_block, cfg.n_repetitions - start)
-        gen = stream_generator(seed, "fixed_query_bound/prompts", kidx, b, device=device)
+        gen = stream_rng(seed, "fixed_query_bound/prompts", kidx, b)  # numpy's ziggurat (docs/theory.md#token-sampler)
         mean_l, _ = streaming_tilted_moments(tilt.expand(r, dim), measure, lengths[-1], gen, chunk_size=chunk_size,
                                              prefix_lengths=lengths, prompt_batch_shape=(r,))  # [P, R, D]
         errors.append(torch.linalg.vector_norm(mean_l - limit, dim=-1).T.cpu().numpy())  # V = I: [R, P]

@@ -1,0 +1,100 @@
+"""Reruns follow the code a rule runs, definition by definition (docs/architecture.md#fingerprints): the static
+reach of each rule, the rerun table kept in the docs, and Snakemake's own rerun decisions on the smoke run."""
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from helpers import REPO, run, snakemake_cmd
+from largeprompt.io.fingerprints import is_plumbing, markdown_table, reached, rerun_table
+
+SCRIPTS = REPO / "workflow" / "scripts"
+TABLE_START = "<!-- rerun table: python -m largeprompt.io.fingerprints -->"
+
+
+def test_a_rule_reaches_only_the_code_it_runs():
+    rates = reached(SCRIPTS / "estimate_concentration_rates.py")
+    assert "largeprompt.maths.rate_tables" in rates and "largeprompt.stages.simulate_concentration_errors" not in rates
+    assert not any(m.startswith(("largeprompt.kernel", "largeprompt.maths.attention")) for m in rates)
+    flow = reached(SCRIPTS / "full_model_flow.py")
+    assert "largeprompt.icl.full_model_risk" in flow and "largeprompt.icl.multirun" not in flow  # flows use no SGD
+    assert reached(SCRIPTS / "train.py")["largeprompt.icl.training"] >= {"initial_parameters", "batch"}
+    for script in SCRIPTS.glob("*.py"):
+        modules = reached(script)
+        assert not any(is_plumbing(m) for m in modules), script.name  # logs, Parquet, provenance never count
+        if script.stem.startswith("plot_"):
+            assert all(m.startswith(("largeprompt.plots", "workflow.")) for m in modules), script.name
+
+
+def test_the_rerun_table_in_the_docs_is_current():
+    """docs/architecture.md carries the table the code computes; regenerate it with the command in its comment."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    assert TABLE_START in text, "docs/architecture.md lost its rerun table"
+    assert markdown_table(SCRIPTS) in text, "the rerun table in docs/architecture.md is stale: regenerate it"
+
+
+def docs_table() -> dict[str, set[str]]:
+    """module file → rules, as printed in docs/architecture.md."""
+    text = (REPO / "docs" / "architecture.md").read_text().split(TABLE_START, 1)[1]
+    rows = re.findall(r"^\| `(largeprompt/[^`]+)` \| (.*) \|$", text, flags=re.M)
+    return {path: set(re.findall(r"`(\w+)`", rules)) for path, rules in rows}
+
+
+def changed_rules(work) -> set[str]:
+    """The rules Snakemake reruns because their params (the code fingerprints) changed, in a dry run of the smoke run."""
+    proc = run(snakemake_cmd("-n", "--configfile", "config/smoke.yaml"), cwd=work)
+    out = proc.stdout + proc.stderr
+    match = re.search(r"params have changed since last execution:\n\s+(.+)", out)
+    return set(match.group(1).split(", ")) if match else set()
+
+
+@pytest.fixture(scope="module")
+def edited_copy(smoke_run, tmp_path_factory):
+    """A private copy of the built smoke run (results and Snakemake's records included), safe to edit."""
+    work, _, _ = smoke_run
+    copy = tmp_path_factory.mktemp("fingerprints") / "repo"
+    shutil.copytree(work, copy, symlinks=True)
+    return copy
+
+
+@pytest.mark.slow
+def test_editing_each_module_reruns_exactly_its_row_of_the_table(edited_copy):
+    """A statement added to a module runs whenever any of its definitions is used, so every rule that reaches the
+    module reruns, and no other; a new unused definition reruns nothing; plumbing reruns nothing."""
+    expected = docs_table()
+    assert expected == {path: set(rules) for path, rules in rerun_table(SCRIPTS).items()}
+    src = edited_copy / "src"
+    assert changed_rules(edited_copy) == set()
+    for path, rules in expected.items():
+        if path.startswith("largeprompt/bench") or path.endswith(("__init__.py", "cli.py", "report.py")):
+            continue  # not reached by any rule, and outside the layers the rules import
+        module = src / path
+        original = module.read_text()
+        try:
+            module.write_text(original + "\n_UNUSED_DEFINITION = 1\n")
+            assert changed_rules(edited_copy) == set(), f"{path}: an unused definition reran rules"
+            module.write_text(original + "\npass\n")
+            assert changed_rules(edited_copy) == rules, path
+        finally:
+            module.write_text(original)
+
+
+@pytest.mark.slow
+def test_a_plumbing_edit_changes_no_number(edited_copy):
+    """Edit the progress bars and the Parquet writer's bookkeeping, force two stages to rerun, get the same data."""
+    results = edited_copy / "results" / "smoke"
+    targets = [results / "affine_limit" / "outputs.parquet", results / "train" / "training_runs.parquet"]
+    before = [pd.read_parquet(t) for t in targets]
+    runlog = edited_copy / "src" / "largeprompt" / "io" / "runlog.py"
+    original = runlog.read_text()
+    runlog.write_text(original.replace("ncols=100", "ncols=80"))
+    try:
+        assert changed_rules(edited_copy) == set()
+        run(snakemake_cmd("--cores", "2", "--configfile", "config/smoke.yaml", "--forcerun", "simulate_affine_limit",
+                          "summarize_training", "--allowed-rules", "simulate_affine_limit", "summarize_training"),
+            cwd=edited_copy, timeout=600)
+    finally:
+        runlog.write_text(original)
+    for target, frame in zip(targets, before):
+        pd.testing.assert_frame_equal(pd.read_parquet(target), frame, check_exact=True, obj=target.name)
