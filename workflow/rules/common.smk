@@ -153,9 +153,8 @@ def transfer_trajectories():
 
 def error_jobs():
     return expand(
-        results("concentration/errors/{measure}/c{c}.parquet"),
+        results("concentration/errors/{measure}.parquet"),
         measure=config["concentration"]["measures"],
-        c=[f"{float(c):g}" for c in config["concentration"]["c_values"]],
     )
 
 

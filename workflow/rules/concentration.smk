@@ -1,18 +1,17 @@
 # R2, R3 over random queries (docs/experiments.md#output_concentration, docs/theory.md#random-query-rate):
-# how fast finite-prompt outputs and gradients approach the limit, one job per (token measure, tilt strength
-# c), then the error tables and the rate tables. Config section `concentration`.
+# how fast finite-prompt outputs and gradients approach the limit, one job per token measure (every tilt
+# strength c on the same draws), then the error tables and the rate tables. Config section `concentration`.
 
 
 rule simulate_concentration_errors:
     output:
-        errors=results("concentration/errors/{measure}/c{c}.parquet"),
+        errors=results("concentration/errors/{measure}.parquet"),
     log:
-        logs("concentration/simulate_concentration_errors/{measure}_c{c}.log"),
+        logs("concentration/simulate_concentration_errors/{measure}.log"),
     benchmark:
-        benchmarks("simulate_concentration_errors/{measure}_c{c}.tsv")
+        benchmarks("simulate_concentration_errors/{measure}.tsv")
     wildcard_constraints:
         measure="gaussian|rademacher|uniform",
-        c=r"[0-9.eE+-]+",
     cache: SHARE
     conda:
         ENV
@@ -27,6 +26,7 @@ rule simulate_concentration_errors:
             "seed",
             "dtype",
             "concentration.dim",
+            "concentration.c_values",
             "concentration.log2_min_prompt_length",
             "concentration.log2_max_prompt_length",
             "concentration.points_per_octave",
@@ -35,7 +35,6 @@ rule simulate_concentration_errors:
             "concentration.chunk_size",
         ),
         measure=lambda wildcards: wildcards.measure,
-        c=lambda wildcards: float(wildcards.c),
     script:
         "../scripts/simulate_concentration_errors.py"
 

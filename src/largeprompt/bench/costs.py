@@ -17,7 +17,8 @@ from largeprompt.maths.concentration import prompt_length_grid
 
 
 def with_values(config: dict, **dotted) -> dict:
-    """A deep copy of ``config`` with the dotted keys set (``concentration__n_repetitions=250`` sets bounds.n_repetitions)."""
+    """A deep copy of ``config`` with the dotted keys set (``concentration__n_repetitions=250`` sets
+    concentration.n_repetitions)."""
     out = copy.deepcopy(config)
     for key, value in dotted.items():
         node, *parents, last = out, *key.split("__")
@@ -73,10 +74,11 @@ def _block_slices(section: dict, prefix: str, quick: bool):
 
 
 def concentration(config, folder, quick) -> tuple[list[Job], str]:
-    """simulate_concentration_errors (one job per measure and c; cost ∝ repetitions × L_max, timed per measure), collect, rates.
+    """simulate_concentration_errors (one job per measure, every c on the same draws; cost ∝ repetitions × L_max),
+    then collect and the rate tables.
 
-    Each measure is timed on one block of repetitions (the config's repetition_block) to L_max/4 and to the
-    paper's L_max: a job repeats that block, so its cost is extrapolated in repetitions only, and the larger
+    Each measure is timed on one block of repetitions (the config's repetition_block) at every c, to L_max/4 and
+    to the paper's L_max: a job repeats that block, so its cost is extrapolated in repetitions only, and the larger
     slice's peak RSS is the job's (``--quick``: L_max/64 and L_max/16).
     """
     b = config["concentration"]
@@ -84,16 +86,17 @@ def concentration(config, folder, quick) -> tuple[list[Job], str]:
     paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
     jobs = []
     for measure in b["measures"]:
-        cfg = with_values(config, measure=measure, c=1.0, concentration__n_repetitions=block)
+        cfg = with_values(config, measure=measure, concentration__n_repetitions=block)
         fit, _ = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
-        jobs += [Job(f"simulate_concentration_errors {measure} c={c:g}", "simulate_concentration_errors", predict_linear(fit, paper_work))
-                 for c in b["c_values"]]
+        jobs.append(Job(f"simulate_concentration_errors {measure}", "simulate_concentration_errors",
+                        predict_linear(fit, paper_work)))
     collect, rates = _error_tables(config, folder, quick)
-    jobs += [Job("collect_concentration_errors", "collect_concentration_errors", collect, ("simulate_concentration_errors",)),
+    jobs += [Job("collect_concentration_errors", "collect_concentration_errors", collect,
+                 ("simulate_concentration_errors",)),
              Job("estimate_concentration_rates", "estimate_concentration_rates", rates, ("collect_concentration_errors",))]
-    return jobs, f"simulate_concentration_errors: {block} repetitions x L_max = 2^{log2} → {b['n_repetitions']} x 2^" \
-                 f"{b['log2_max_prompt_length']}; collect_concentration_errors {collect:.0f} s, estimate_concentration_rates {rates:.0f} s: " \
-                 "synthetic tables of 3 and 6 cells"
+    return jobs, (f"simulate_concentration_errors: {block} repetitions x {len(b['c_values'])} c x L_max = 2^{log2} → "
+                  f"{b['n_repetitions']} x 2^{b['log2_max_prompt_length']}; collect {collect:.0f} s, rates {rates:.0f} s: "
+                  "synthetic tables of 3 and 6 cells")
 
 
 def _error_tables(config, folder, quick):
@@ -158,6 +161,16 @@ def flows(config, folder, quick) -> tuple[list[Job], str]:
              Job("trajectory_gap", "trajectory_gap", gap, ("train_transfer", "reduced_model"))]
     return jobs, f"full_model_flow: horizon {[round(x, 3) for x in sizes]} → {horizon}; balanced_flow: 1, 2 starts " \
                  f"→ {len(alphas)}; reduced_model: 1 seed x {[10, 20]} steps → {len(seeds)} x {steps}"
+
+
+def init_dependence(config, folder, quick) -> tuple[list[Job], str]:
+    """simulate_init_dependence at 2 and 4 seeds (``quick``: 1 and 2), extrapolated in seeds; its summary is cheap."""
+    sizes = [1, 2] if quick else [2, 4]
+    fit, _ = _sliced("simulate_init_dependence", config, folder, sizes, lambda n: {"init_dependence__n_seeds": n})
+    n = config["init_dependence"]["n_seeds"]
+    return [Job("simulate_init_dependence", "simulate_init_dependence", predict_linear(fit, n)),
+            Job("summarize_init_dependence", "summarize_init_dependence", 0.0, ("simulate_init_dependence",))], \
+        f"n_seeds {sizes} → {n}, horizon 2 x {config['init_dependence']['horizon']:g}"
 
 
 def data(config, folder, quick) -> tuple[list[Job], str, float]:

@@ -20,11 +20,12 @@ from largeprompt.bench.pipeline import paper_config
 from largeprompt.bench.schedule import Job, critical_path, schedule
 
 FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
-           "balanced_flow", "training_vs_prompt_length", "trajectory_transfer")
+           "balanced_flow", "training_vs_prompt_length", "init_dependence", "trajectory_transfer")
 FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("estimate_concentration_rates",),
                  "gradient_concentration": ("estimate_concentration_rates",), "rate_exponent": ("estimate_concentration_rates",),
                  "fixed_query_bound": ("fixed_query_bound",), "balanced_flow": ("balanced_flow",),
-                 "training_vs_prompt_length": ("summarize_training",), "trajectory_transfer": ("trajectory_gap", "train")}
+                 "training_vs_prompt_length": ("summarize_training", "summarize_init_dependence"),
+                 "init_dependence": ("summarize_init_dependence",), "trajectory_transfer": ("trajectory_gap", "train")}
 
 
 def job_overhead_seconds() -> float:
@@ -64,7 +65,8 @@ def paper_stages(config: dict, folder: Path, quick: bool) -> list[tuple[str, lis
     for label, estimate in (("flows (full model, balanced, reduced, gaps)", costs.flows),
                             ("affine_limit (R1)", costs.affine_limit),
                             ("concentration sweep (R2, R3)", costs.concentration),
-                            ("fixed-query bounds (R2)", costs.fixed_query)):
+                            ("fixed-query bounds (R2)", costs.fixed_query),
+                            ("init_dependence (flows of N inits)", costs.init_dependence)):
         jobs, note = estimate(config, folder / label.split()[0], quick)
         stages.append((label, jobs, note))
     stages += [training_stage(config, key, quick, load) for key in SECTIONS]

@@ -38,6 +38,7 @@ STAGES = {  # rule → (module, function, output names)
     "balanced_flow": ("largeprompt.stages.balanced_flow", "balanced_flow", ["flow"]),
     "reduced_model": ("largeprompt.stages.reduced_model", "reduced_model", ["result"]),
     "train": ("largeprompt.stages.train", "train", ["trajectories"]),
+    "simulate_init_dependence": ("largeprompt.stages.simulate_init_dependence", "simulate_init_dependence", ["flows"]),
     "load_test_set": ("largeprompt.bench.slices", "load_test_set", []),  # what every training job reads first
     "plot_affine_limit": ("largeprompt.plots.affine_limit", "plot_affine_limit", ["pdf", "png"]),
 }

@@ -4,7 +4,6 @@ from their own R∞ flows, and the stacked SGD with checkpoints."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -75,10 +74,11 @@ def schedules(cfg: TrainSettings, specs, flows: dict[int, Flow]) -> list[np.ndar
 
 
 def train_runs(cfg: TrainSettings, task: RegressionTask, prompt_length: int, base_seed: int, test_set,
-               flows: dict[int, Flow], *, checkpoint: Path | None, checkpoint_every: int, key_extra: dict, device,
+               flows: dict[int, Flow], *, checkpoint, checkpoint_every: int, key_extra: dict, device,
                progress=None) -> pd.DataFrame:
     """Every run of ``cfg`` at ``prompt_length`` trained to its horizon: the trajectory rows of all runs, with
-    each run's largest lr·sharpness along its own flow in column ``stability_margin`` (NaN without a flow)."""
+    each run's largest lr·sharpness along its own flow in column ``stability_margin`` (NaN without a flow).
+    ``checkpoint`` (load/save, e.g. :class:`largeprompt.io.checkpoints.Checkpoint`) or None."""
     specs = run_specs(cfg.models, cfg.seeds, cfg.replicate_seeds)
     sizes = schedules(cfg, specs, flows)
     margins = {(s.model, s.seed, s.stream): stability_margin(lr, flows[s.seed].times, flows[s.seed].sharpness)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ import torch
 from largeprompt.core.devices import DTYPES
 from largeprompt.icl import multirun
 from largeprompt.icl.task import RegressionTask
-from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, load_checkpoint, log_row, save_checkpoint, test_losses
+from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, log_row, test_losses
 
 
 class PromptLengthTrainer:
@@ -118,11 +117,11 @@ class PromptLengthTrainer:
                 getattr(self.stack, name)[index] = new
         return diverged
 
-    def run(self, test_set, *, checkpoint: Path | None = None, checkpoint_every: int = 0, key_extra: dict | None = None,
+    def run(self, test_set, *, checkpoint=None, checkpoint_every: int = 0, key_extra: dict | None = None,
             fatal_divergence: bool = False, progress=None) -> pd.DataFrame:
         """Train until every run has reached its horizon or diverged; the rows of all runs, in spec order."""
         key = self.key(key_extra or {})
-        state = load_checkpoint(checkpoint, key)
+        state = checkpoint.load(key) if checkpoint is not None else None  # e.g. largeprompt.io.checkpoints.Checkpoint
         if state is not None:
             self.restore(state)
             print(f"resumed all {len(self.specs)} runs from {checkpoint} at step {self.step}")
@@ -130,7 +129,7 @@ class PromptLengthTrainer:
         self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
         while any(self.active(r) for r in range(len(self.specs))):
             if checkpoint is not None and checkpoint_every and self.step and self.step % checkpoint_every == 0:
-                save_checkpoint(checkpoint, self.state(key))
+                checkpoint.save(self.state(key))
             diverged = []
             for stream in sorted({s.stream for s in self.specs}):
                 runs = [r for r, s in enumerate(self.specs) if s.stream == stream and self.active(r)]

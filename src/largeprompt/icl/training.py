@@ -7,13 +7,12 @@ linear runs, and all seeds, share stream 0 (common random numbers); a ``replicat
 seed on an independent stream, which measures the SGD-noise part of the spread. Each run has its
 own step sizes (:mod:`largeprompt.icl.schedules`) and clock t = Σ lr; it logs a row whenever its clock
 passes a point of the grid T·j/n_log. Plain SGD has no optimiser state, so the weights, the step and
-the logged rows are the whole state, and a job resumes bit-identically from its checkpoint.
+the logged rows are the whole state, and a job resumes bit-identically from its checkpoint
+(:class:`largeprompt.io.checkpoints.Checkpoint`, passed in by the stage).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -87,26 +86,3 @@ def log_row(task: RegressionTask, params: dict[str, torch.Tensor], step: int, ti
     row.update(models.parameter_summaries(as64, task.token_dim))
     row["theta"] = models.flatten(as64).numpy().tolist()  # all weights in the order of models.flatten (Q, K, V, O)
     return row
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """torch.save to a temporary name, then an atomic rename: a kill never leaves a half checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path | None, key: str):
-    """The saved state if ``path`` holds one for the same ``key``; otherwise None, saying why."""
-    if path is None or not path.exists():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a corrupt checkpoint is ignored, never trusted
-        print(f"checkpoint {path} unreadable ({exc}); starting from step 0")
-        return None
-    if state.get("key") != key:
-        print(f"checkpoint {path} was made with other settings; starting from step 0")
-        return None
-    return state

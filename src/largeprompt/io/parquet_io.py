@@ -111,13 +111,32 @@ def write_parquet_parts(frames: Iterable[pd.DataFrame], path: str | os.PathLike,
         writer.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as the figures and logs: mkstemp's private 0600 would hide results from a group
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, a read-only folder: one line naming the file
+        _discard(writer, tmp)
+        raise ResultFileError(f"{path}: could not be written ({exc.strerror or exc}); nothing was left behind. Free "
+                              "space or fix the folder's permissions, then rerun the same command") from exc
     except BaseException:
-        if writer is not None and writer.is_open:
-            writer.close()
-        Path(tmp).unlink(missing_ok=True)
+        _discard(writer, tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _discard(writer, tmp) -> None:
+    """Close the writer and delete the temporary file of a write that failed."""
+    try:
+        if writer is not None and writer.is_open:
+            writer.close()
+    except OSError:
+        pass
+    Path(tmp).unlink(missing_ok=True)
 
 
 def read_provenance(path: str | os.PathLike) -> dict:

@@ -42,15 +42,31 @@ def sweep_measure(measure_name: str, dim: int, sigma_sq: float, dtype, device):
     return make_measure(measure_name, dim, cov=cov, dtype=dtype, device=device)
 
 
-def repetition_block_errors(measure, query, attention_matrix, value_matrix, lengths, gen, chunk_size):
-    """Squared output, ∇_U and ∇_V errors [R, P] and log ρ(a) [R] of one block of repetitions."""
-    tilt = query @ attention_matrix.T  # a = U z_q, [R, D]
-    mean_l, cov_l = streaming_tilted_moments(
-        tilt, measure, lengths[-1], gen, chunk_size=chunk_size,
-        prefix_lengths=lengths, second_moment=True, prompt_batch_shape=(query.shape[0],),
-    )  # [P, R, D], [P, R, D, D]
-    mean_inf, cov_inf = measure.cgf_grad(tilt), measure.cgf_hess(tilt)  # [R, D], [R, D, D]
-    gap = (mean_l - mean_inf) @ value_matrix.T  # T_L − T_∞, [P, R, Dout]
-    err_u, err_v = jacobian_sq_errors(mean_l, cov_l, mean_inf, cov_inf, query, value_matrix)  # [P, R]
-    kappa = measure.cgf(2 * tilt).sub(2 * measure.cgf(tilt))  # log E w²/(E w)², [R]
-    return [x.T.cpu().numpy() for x in ((gap * gap).sum(-1), err_u, err_v)] + [kappa.cpu().numpy()]
+def repetition_block_errors(measure_name: str, dim: int, c_values, query, lengths, gen, chunk_size):
+    """One block of repetitions at every tilt strength c at once (docs/theory.md#token-sampler): each repetition's
+    query z_q [R, D] and one prompt of standardised tokens g (N(0, I) or unit-variance Rademacher / uniform),
+    shared by every c. A token of scale σ is z = σ g and U = u·I, so the weights e^{⟨U z_q, z⟩} are e^{⟨σ u z_q, g⟩}:
+    the tilted moments of g at the tilts σ_c u_c z_q [R, C, D], one pass over the prompt for all C tilts, give
+    T_L = σ ḡ and Σ̂ = σ² Σ̂_g at every c (V = I_D). Returns the squared output, ∇_U and ∇_V errors [C, R, P] and
+    log ρ(a) = K(2a) − 2K(a) [C, R]."""
+    dtype, device = query.dtype, query.device
+    scales = [tilt_scales(measure_name, c) for c in c_values]  # (σ², u) per c
+    tilts = torch.stack([math.sqrt(s2) * u * query for s2, u in scales], dim=1)  # [R, C, D]
+    base = sweep_measure(measure_name, dim, 1.0, dtype, device)  # the standardised tokens g
+    mean_g, cov_g = streaming_tilted_moments(
+        tilts, base, lengths[-1], gen, chunk_size=chunk_size, prefix_lengths=lengths, second_moment=True,
+        prompt_batch_shape=(query.shape[0],),
+    )  # [P, R, C, D], [P, R, C, D, D]
+    value_matrix = torch.eye(dim, dtype=dtype, device=device)
+    out, kappas = [], []
+    for k, (sigma_sq, u) in enumerate(scales):
+        measure = sweep_measure(measure_name, dim, sigma_sq, dtype, device)
+        tilt = u * query  # a = U z_q, [R, D]
+        mean_l, cov_l = math.sqrt(sigma_sq) * mean_g[:, :, k], sigma_sq * cov_g[:, :, k]  # moments of z = σ g
+        mean_inf, cov_inf = measure.cgf_grad(tilt), measure.cgf_hess(tilt)  # [R, D], [R, D, D]
+        gap = mean_l - mean_inf  # T_L − T_∞ (V = I), [P, R, D]
+        err_u, err_v = jacobian_sq_errors(mean_l, cov_l, mean_inf, cov_inf, query, value_matrix)  # [P, R]
+        out.append([x.T.cpu().numpy() for x in ((gap * gap).sum(-1), err_u, err_v)])
+        kappas.append(measure.cgf(2 * tilt).sub(2 * measure.cgf(tilt)).cpu().numpy())  # log E w²/(E w)², [R]
+    output, grad_u, grad_v = (np.stack(cols) for cols in zip(*out))
+    return output, grad_u, grad_v, np.stack(kappas)

@@ -10,6 +10,7 @@ from largeprompt.icl.fit import Flow, TrainSettings, train_runs
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
+from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, checkpoint_path, settings_from
 from largeprompt.io.provenance import provenance
@@ -35,7 +36,7 @@ def train(inputs, outputs, params, rule="train", runtime=DEFAULT_RUNTIME):
     flows = load_flows(inputs["flows"], task.noise_variance)
     device = resolve_device(runtime.device)
     test_frame = read_parquet(inputs["test_set"])
-    checkpoint = checkpoint_path(outputs["trajectories"])
+    checkpoint = Checkpoint(checkpoint_path(outputs["trajectories"]))
     frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device),
                        flows, checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every,
                        key_extra={"icl": params["icl"]}, device=device,
@@ -43,4 +44,4 @@ def train(inputs, outputs, params, rule="train", runtime=DEFAULT_RUNTIME):
     report_runs(frame, {s: f.kind for s, f in flows.items()}, runtime.status_rule, test_frame, L, task)
     write_parquet(frame, outputs["trajectories"],
                   provenance(rule, params, base_seed=base_seed, run_seeds=sorted(set(frame["seed"])), runtime=runtime))
-    checkpoint.unlink(missing_ok=True)  # the job is complete: its checkpoint is spent
+    checkpoint.remove()  # the job is complete: its checkpoint is spent

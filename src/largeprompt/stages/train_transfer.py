@@ -9,6 +9,7 @@ from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.icl.fit import TrainSettings, train_runs
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
+from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, checkpoint_path, settings_from
 from largeprompt.io.provenance import provenance
@@ -26,11 +27,11 @@ def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAU
     L, base_seed, task = int(params["prompt_length"]), int(params["seed"]), regression_task(params["icl"])
     device = resolve_device(runtime.device)
     test_frame = read_parquet(inputs["test_set"])
-    checkpoint = checkpoint_path(outputs["trajectories"])
+    checkpoint = Checkpoint(checkpoint_path(outputs["trajectories"]))
     frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device), {},
                        checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every, key_extra={"icl": params["icl"]},
                        device=device, progress=functools.partial(progress, None, desc=f"{rule} L={L}"))
     report_runs(frame, {}, None, test_frame, L, task)
     write_parquet(frame, outputs["trajectories"],
                   provenance(rule, params, base_seed=base_seed, run_seeds=sorted(set(frame["seed"])), runtime=runtime))
-    checkpoint.unlink(missing_ok=True)
+    checkpoint.remove()
