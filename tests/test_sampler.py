@@ -10,8 +10,10 @@ import torch
 from largeprompt.core.seeding import random_bits, standard_normal, stream_rng, uniform
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.training import batch
+from largeprompt.maths.attention import prompt_chunks
+from largeprompt.maths.concentration import repetition_block_errors, sweep_measure, tilt_scales
 from largeprompt.maths.measures import Gaussian, Rademacher, Uniform
-from tolerance import MC_Z
+from tolerance import MC_Z, eps
 
 N = 2_000_000
 
@@ -63,3 +65,37 @@ def test_float64_batches_come_from_the_ziggurat_and_have_the_task_law():
     se = np.sqrt((lam**2 + np.outer(np.diag(lam), np.diag(lam))) / len(x))  # Var(xᵢxⱼ) = ΛᵢᵢΛⱼⱼ + Λᵢⱼ²
     assert np.all(np.abs(x.T @ x / len(x) - lam) <= MC_Z * se)
     assert torch.equal(query[:, 3], torch.zeros(2000, dtype=torch.float64))  # z_q = (x_q, 0)
+
+
+
+def _rounding_scale(L: int, *values) -> float:
+    """A squared difference of moments that each pass through O(L) roundings: 50·L·eps·(1 + Σ|moment|)²."""
+    return 50 * L * eps(torch.float64) * max(float(((1 + np.abs(v)) ** 2).max()) for v in values)
+
+
+@pytest.mark.parametrize("name", ["gaussian", "rademacher"])
+def test_one_pass_over_c_equals_one_pass_per_c(name):
+    """Common random numbers (docs/theory.md#token-sampler): one pass over a prompt of standardised tokens g at the C
+    tilts σ_c u_c z_q gives, at every c, the squared output error of the prompt z = σ_c g under U = u_c I, V = I,
+    computed here directly from the tokens with plain softmax weights in float64, and the same errors (output, ∇U,
+    ∇V) as a pass at that c alone."""
+    dim, reps, lengths, chunk, c_values = 2, 6, [8, 32, 96], 40, [0.25, 1.0, 2.0]
+    query = standard_normal((reps, dim), stream_rng(3, "test/crn/queries"), torch.float64)
+    joint = repetition_block_errors(name, dim, c_values, query, lengths, stream_rng(3, "test/crn/prompts"), chunk)
+    base = sweep_measure(name, dim, 1.0, torch.float64, "cpu")
+    g = torch.cat(list(prompt_chunks(base, lengths[-1], stream_rng(3, "test/crn/prompts"), chunk, (reps,))), dim=-2)
+    for k, c in enumerate(c_values):
+        sigma_sq, u = tilt_scales(name, c)
+        z = math.sqrt(sigma_sq) * g  # [R, L, D]
+        t_inf = sweep_measure(name, dim, sigma_sq, torch.float64, "cpu").cgf_grad(u * query)  # [R, D]
+        for j, L in enumerate(lengths):
+            w = torch.softmax(torch.einsum("rd,rld->rl", u * query, z[:, :L]), dim=-1)  # [R, L]
+            t_l = torch.einsum("rl,rld->rd", w, z[:, :L])
+            direct = ((t_l - t_inf) ** 2).sum(-1).numpy()
+            tol = _rounding_scale(L, t_l.abs().sum(-1).numpy(), t_inf.abs().sum(-1).numpy())
+            np.testing.assert_allclose(joint[0][k, :, j], direct, rtol=0, atol=tol)
+        alone = repetition_block_errors(name, dim, [c], query, lengths, stream_rng(3, "test/crn/prompts"), chunk)
+        for joint_part, alone_part in zip(joint[:3], alone[:3]):
+            tol = _rounding_scale(lengths[-1], np.sqrt(joint_part[k]))
+            np.testing.assert_allclose(joint_part[k], alone_part[0], rtol=0, atol=tol)
+        np.testing.assert_allclose(joint[3][k], alone[3][0], rtol=4 * eps(torch.float64), atol=0)  # κ = K(2a) − 2K(a)

@@ -106,8 +106,9 @@ def paper_form_rows(metric: str, group: list, level: float, grid) -> tuple[dict,
     """Joint fit of c₁ ln L / L^{c₂/σ²} over the Gaussian cells of ``group`` with its bootstrap CI, and its
     exponent curve ĉ₂/c on ``grid`` from 0.9× the smallest fitted c.
 
-    ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap means [B, P']) per c; each c was
-    resampled with its own indices (the cells are independent). The heuristic rate predicts c₂ = 1/2.
+    ``group`` holds (c, σ², fitted L [P'], errors [R, P'], bootstrap means [B, P']) per c; every c was
+    resampled with the same indices, since the cells of a measure share their repetitions' draws (common random
+    numbers): the CI accounts for their correlation. The heuristic rate predicts c₂ = 1/2.
     """
     ls = np.concatenate([g[2] for g in group])  # [N]
     s2 = np.concatenate([np.full(len(g[2]), g[1]) for g in group])  # [N]
@@ -144,7 +145,9 @@ def rate_tables(cells: Iterable[tuple[str, float]], load_cell: Callable[[str, fl
         c_values.setdefault(name, []).append(c)
         for metric, column in ERROR_METRICS.items():
             errors, lengths = _error_matrix(cell, column)  # [R, P], [P]
-            rng = np.random.default_rng(stream_seed(seed, f"concentration/bootstrap/{name}/{metric}", int(round(c * 1e6))))
+            # The same resampled repetitions at every c of a measure: its cells share their draws (common random
+            # numbers, docs/theory.md#token-sampler), so the joint paper-form fit must resample them jointly.
+            rng = np.random.default_rng(stream_seed(seed, f"concentration/bootstrap/{name}/{metric}"))
             idx = bootstrap_indices(errors.shape[0], cfg.n_bootstrap, rng)  # [B, R]
             key = dict(measure=name, metric=metric, c=c)
             boots = bootstrap_statistics(errors, (*STATISTICS, "q90"), idx)  # {statistic: [B, P]}
