@@ -1,5 +1,5 @@
 """Command line: ``largeprompt inspect FILE.parquet`` (README.md, "Reading the cached results") and
-``largeprompt bench`` (README.md, "Performance")."""
+``largeprompt bench`` (README.md, "Performance") and ``largeprompt publish RUN`` (a run's figures and tables into the docs)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from largeprompt.bench import main as bench_main
 from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
+from largeprompt.publish import main as publish_main
 
 
 def inspect(path: str, rows: int = 5) -> str:
@@ -30,9 +31,13 @@ def main(argv=None) -> int:
     p_inspect.add_argument("file")
     p_inspect.add_argument("-n", "--rows", type=int, default=5)
     sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
+    sub.add_parser("publish", help="copy a finished run's figures, small tables and stage times into the docs; "
+                                   "see `largeprompt publish --help`", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         return bench_main(argv[1:])
+    if argv[:1] == ["publish"]:
+        return publish_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "inspect":
         try:

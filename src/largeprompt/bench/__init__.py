@@ -36,15 +36,12 @@ from largeprompt.io.runlog import keep_freed_memory
 def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int, extra: dict) -> dict:
     """Run one measurement in this (fresh) process: 1 thread, allocator as in the pipeline's stages."""
 
-
     torch.set_num_threads(int(extra.get("threads", 1)))
     if name not in MEMORY_WORKERS:
         keep_freed_memory()  # as in every pipeline stage (runlog.run_stage); memory workers keep glibc's default
     if name.startswith("train_"):
-
         return training_worker(name, extra, repeats)
     if name.startswith("stage_"):
-
         return stage_worker(name, extra)
 
     return attention_worker(name, prompt_length, dim, n_queries, repeats, extra)
@@ -52,7 +49,6 @@ def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int
 
 def run_benchmarks(quick: bool = False, pipeline: bool = True, pipeline_config: str | None = "config/smoke.yaml") -> int:
     """Print every bench line: attention, training, the paper training's cost and (unless skipped) the pipeline."""
-
 
     print(f"largeprompt bench — torch {torch.__version__}, {os.cpu_count()} CPUs, BLAS threads pinned to 1 per worker")
     sections = [bench_attention, bench_step, bench_engines, bench_paper_training]
@@ -82,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--validate", action="store_true",
                         help="with --paper: also run full_model_flow and one training job (L = 100, ≈ 5 min) "
                              "at paper scale and compare them with their predictions")
+    parser.add_argument("--save", metavar="JSON", help="with --paper: write every job's prediction to this file "
+                        "(largeprompt publish compares it with a run's benchmark files)")
     for hidden, kind, default in (("--worker", str, None), ("--prompt-length", int, 0), ("--dim", int, 6),
                                   ("--queries", int, 64), ("--repeats", int, 5), ("--extra", str, "{}")):
         parser.add_argument(hidden, type=kind, default=default, help=argparse.SUPPRESS)
@@ -96,17 +94,14 @@ def main(argv=None) -> int:
         return 0
     config = None if args.pipeline_config == "default" else args.pipeline_config
     if args.paper:
-
-        for text in bench_paper(args.cores, quick=args.quick, validate=args.validate):
+        for text in bench_paper(args.cores, quick=args.quick, validate=args.validate, save=args.save):
             print(text, flush=True)
         return 0
     if args.memory or args.paper_memory:
-
         for text in bench_memory(config) if args.memory else bench_paper_memory():
             print(text, flush=True)
         return 0
     if args.pipeline_only:
-
         for text in bench_pipeline(config):
             print(text, flush=True)
         return 0

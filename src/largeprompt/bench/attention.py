@@ -27,7 +27,6 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
     """The timed call of throughput worker ``name``: our attention, the two-pass BLAS floor or torch SDPA."""
     (prompt_length, dim), n_queries = tokens.shape, query.shape[0]
     if name == "attention":
-
         return lambda: finite_prompt_attention(query, tokens, U, V)
     if name == "floor":
         tilt = query @ U.T
@@ -42,7 +41,6 @@ def _throughput_fn(name: str, tokens, query, U, V, extra: dict):
 
         return fn
     if name == "sdpa":
-
         q = (query @ U.T)[None, None]  # [1, 1, Q, D]
         kv = tokens[None, None]  # [1, 1, L, D]
         return lambda: F.scaled_dot_product_attention(q, kv, kv, scale=1.0) @ V.T
@@ -65,7 +63,6 @@ def _stream_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
 
 def _sdpa_memory(prompt_length: int, dim: int, n_queries: int) -> dict:
     """The same job as stream_memory, done the usual way: draw the prompt, then SDPA."""
-
 
     measure = Gaussian(torch.zeros(dim), torch.eye(dim, dtype=torch.float64))
     query = 0.3 * torch.randn(n_queries, dim, dtype=torch.float64)

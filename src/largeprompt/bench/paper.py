@@ -8,6 +8,7 @@ longest ready job first, in the order the DAG allows (:mod:`largeprompt.bench.sc
 """
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from largeprompt.bench import costs
 from largeprompt.bench.memory import mem_mb
 from largeprompt.bench.pipeline import paper_config
+from largeprompt.bench.report import machine_description
 from largeprompt.bench.schedule import Job, critical_path, schedule
 
 FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
@@ -92,13 +94,26 @@ def report_lines(stages, cores: int, overhead: float) -> list[str]:
     return out
 
 
-def bench_paper(cores: int, quick: bool = False, validate: bool = False) -> list[str]:
-    """``largeprompt bench --paper``: one line per stage and the total, and optionally the validation."""
+def prediction_record(stages, cores: int, overhead: float) -> dict:
+    """Every job's predicted CPU seconds (overhead included) with its rule, for ``--save`` (what
+    :mod:`largeprompt.publish` compares with the measured benchmark files of a run)."""
+    jobs = [dict(name=j.name, rule=j.name.split()[0], stage=label, seconds=j.seconds + overhead)
+            for label, stage_jobs, _ in stages for j in stage_jobs]
+    every = [Job(j.name, j.stage, j.seconds + overhead, j.after) for _, stage_jobs, _ in stages for j in stage_jobs]
+    return {"cores": cores, "overhead_seconds": overhead, "total_core_hours": sum(j["seconds"] for j in jobs) / 3600,
+            "wall_hours": schedule(every, cores) / 3600, "machine": machine_description(), "jobs": jobs}
+
+
+def bench_paper(cores: int, quick: bool = False, validate: bool = False, save: str | None = None) -> list[str]:
+    """``largeprompt bench --paper``: one line per stage and the total, and optionally the validation; ``save``:
+    a JSON file of every job's prediction."""
     config = paper_config()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         stages = paper_stages(config, folder, quick)
         overhead = job_overhead_seconds()
+        if save:
+            Path(save).write_text(json.dumps(prediction_record(stages, cores, overhead), indent=1))
         out = [f"# config/paper.yaml on {cores} cores: CPU time of slices of each stage, 1 thread per job, "
                f"extrapolated linearly in the work; +{overhead:.1f} s per job for interpreter start and imports"]
         out += report_lines(stages, cores, overhead)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -80,3 +82,14 @@ def run_worker(name: str, prompt_length=0, dim=6, n_queries=64, repeats=5, timeo
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark worker {name} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine_description() -> str:
+    """'<CPU model>, <N> CPUs, <RAM> GiB' from /proc (Linux), or what the platform module knows elsewhere."""
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+        return f"{model}, {os.cpu_count()} CPUs, {kib / 2**20:.0f} GiB"
+    except (OSError, StopIteration):
+        return f"{model}, {os.cpu_count()} CPUs"

@@ -52,7 +52,6 @@ def stage_function(rule: str):
 def load_test_set(inputs, outputs, params, rule="load_test_set"):
     """A training job's first step: read the test set and cut it at params['prompt_length'] (float32)."""
 
-
     return cut(read_parquet(inputs["test_set"]), int(params["prompt_length"]), dtype=torch.float32)
 
 

@@ -126,7 +126,6 @@ def training_job_memory(extra: dict) -> dict:
     extra: ``section`` (a config train/transfer section), ``icl``, ``dtype``, ``prompt_length``, ``test_set`` (path).
     """
 
-
     start = time.process_time()
     section, L, dtype = extra["section"], int(extra["train_length"]), extra["dtype"]
     specs = run_specs(section["models"], section["seeds"], section["replicate_seeds"])

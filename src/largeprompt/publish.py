@@ -1,0 +1,131 @@
+"""``largeprompt publish RUN``: a finished run's figures, small tables and measured stage times in a folder of the docs
+(docs/paper-run/ for config/paper.yaml; README.md, "Runs and configurations").
+
+* ``figures/``: every PNG of figures/<run>/, palette-quantised (and if need be downscaled) to at most ``MAX_PNG_BYTES``;
+* ``tables/``: every result table of results/<run>/ under ``MAX_TABLE_BYTES``, copied byte for byte, so each keeps its
+  provenance (config values, seeds, package versions, git commit);
+* ``times.md`` and ``times.parquet``: per rule, the jobs' CPU time, wall time and peak RSS from Snakemake's benchmark
+  files (benchmarks/<run>/), against ``largeprompt bench --paper --save prediction.json`` when given.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from PIL import Image
+
+from largeprompt.bench.report import machine_description
+from largeprompt.io.parquet_io import read_provenance
+
+MAX_PNG_BYTES = 400_000
+MAX_TABLE_BYTES = 5_000_000
+
+
+def small_png(source: Path, limit: int = MAX_PNG_BYTES) -> bytes:
+    """The PNG ``source`` as it is if under ``limit`` bytes, else quantised to 256 colours and, if still too large,
+    downscaled by factors of √2 until it fits."""
+    data = source.read_bytes()
+    image = Image.open(source).convert("RGB")
+    scale = 1.0
+    while len(data) > limit:
+        size = (round(image.width * scale), round(image.height * scale))
+        buffer = io.BytesIO()
+        image.resize(size, Image.LANCZOS).quantize(256).save(buffer, format="PNG", optimize=True)
+        data, scale = buffer.getvalue(), scale / 2**0.5
+    return data
+
+
+def publish_figures(figures: Path, out: Path) -> list[str]:
+    """Copy (shrunk where needed) every PNG of ``figures`` into ``out``; their names."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for png in sorted(figures.glob("*.png")):
+        (out / png.name).write_bytes(small_png(png))
+        names.append(png.name)
+    return names
+
+
+def publish_tables(results: Path, out: Path, limit: int = MAX_TABLE_BYTES) -> list[Path]:
+    """Copy every Parquet file under ``results`` smaller than ``limit`` bytes (checkpoints aside) into ``out``,
+    keeping the folder layout; their paths relative to ``out``."""
+    copied = []
+    for path in sorted(results.rglob("*.parquet")):
+        rel = path.relative_to(results)
+        if "checkpoints" in rel.parts or path.stat().st_size >= limit:
+            continue
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, out / rel)
+        copied.append(rel)
+    return copied
+
+
+def measured_jobs(benchmarks: Path) -> pd.DataFrame:
+    """One row per job from Snakemake's benchmark files: rule, job, CPU and wall seconds, peak RSS (MB), and its
+    start and end (the file's modification time is the job's end)."""
+    rows = []
+    for tsv in sorted(benchmarks.rglob("*.tsv")):
+        rel = tsv.relative_to(benchmarks)
+        record = pd.read_csv(tsv, sep="\t").iloc[-1]
+        end = tsv.stat().st_mtime
+        rows.append(dict(rule=rel.parts[0].removesuffix(".tsv"), job=str(rel.with_suffix("")), cpu_seconds=float(record["cpu_time"]),
+                         wall_seconds=float(record["s"]), max_rss_mb=float(record["max_rss"]), start=end - float(record["s"]), end=end))
+    return pd.DataFrame(rows)
+
+
+def stage_times(jobs: pd.DataFrame, prediction: dict | None) -> pd.DataFrame:
+    """Per rule: jobs, measured CPU hours, wall hours of its longest job, peak RSS, and the predicted CPU hours."""
+    table = jobs.groupby("rule").agg(jobs=("job", "size"), cpu_hours=("cpu_seconds", "sum"), longest_job_hours=("wall_seconds", "max"),
+                                     max_rss_mb=("max_rss_mb", "max")).reset_index()
+    table["cpu_hours"] /= 3600
+    table["longest_job_hours"] /= 3600
+    if prediction:
+        predicted = pd.DataFrame(prediction["jobs"]).groupby("rule")["seconds"].sum() / 3600
+        table["predicted_cpu_hours"] = table["rule"].map(predicted)
+        table["measured_over_predicted"] = table["cpu_hours"] / table["predicted_cpu_hours"]
+    return table
+
+
+def times_page(run: str, table: pd.DataFrame, jobs: pd.DataFrame, commits: list[str], prediction: dict | None) -> str:
+    """times.md: the commit(s), the machine, the run's wall time and the per-rule table."""
+    wall = (jobs["end"].max() - jobs["start"].min()) / 3600
+    lines = [f"# Run `{run}`: measured time of every stage", "",
+             f"- commit: {', '.join(f'`{c}`' for c in commits)} (the `git_commit` in the tables' provenance)",
+             f"- machine: {machine_description()}", f"- wall time, first job's start to last job's end: {wall:.2f} h; "
+             f"CPU time of all {len(jobs)} jobs: {jobs['cpu_seconds'].sum() / 3600:.2f} core-hours"]
+    if prediction:
+        lines.append(f"- `largeprompt bench --paper` predicted {prediction['total_core_hours']:.2f} core-hours, "
+                     f"{prediction['wall_hours']:.2f} h wall on {prediction['cores']} cores ({prediction['machine']})")
+    columns = ["rule", "jobs", "cpu_hours", "predicted_cpu_hours", "measured_over_predicted", "longest_job_hours", "max_rss_mb"]
+    shown = table[[c for c in columns if c in table]]
+    lines += ["", "| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    for row in shown.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path = Path(".")) -> str:
+    """Publish run ``run`` of the checkout at ``root`` into ``out``; a one-line summary."""
+    prediction = json.loads(prediction_file.read_text()) if prediction_file else None
+    figures = publish_figures(root / "figures" / run, out / "figures")
+    tables = publish_tables(root / "results" / run, out / "tables")
+    commits = sorted({read_provenance(out / "tables" / rel).get("git_commit", "unknown") for rel in tables})
+    jobs = measured_jobs(root / "benchmarks" / run)
+    table = stage_times(jobs, prediction)
+    table.to_parquet(out / "times.parquet", index=False)
+    (out / "times.md").write_text(times_page(run, table, jobs, commits, prediction))
+    return f"published {len(figures)} figures, {len(tables)} tables and the times of {len(jobs)} jobs into {out}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="largeprompt publish", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="the run name (config key `run`), e.g. paper")
+    parser.add_argument("--out", type=Path, required=True, help="folder to write, e.g. docs/paper-run")
+    parser.add_argument("--prediction", type=Path, help="the JSON of `largeprompt bench --paper --save`")
+    args = parser.parse_args(argv)
+    print(publish(args.run, args.out, args.prediction))
+    return 0

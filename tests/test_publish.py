@@ -1,0 +1,62 @@
+"""largeprompt publish (src/largeprompt/publish.py): figures shrunk under the size limit, small tables copied byte
+for byte with their provenance, and each rule's measured time read from Snakemake's benchmark files."""
+import json
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from largeprompt.io.parquet_io import read_provenance, write_parquet
+from largeprompt.publish import measured_jobs, publish, small_png, stage_times
+
+
+def test_a_large_png_is_shrunk_under_the_limit_and_a_small_one_kept(tmp_path):
+    noisy = np.random.default_rng(0).integers(0, 256, size=(400, 420, 3), dtype=np.uint8)
+    big = tmp_path / "big.png"
+    Image.fromarray(noisy).save(big)
+    assert big.stat().st_size > 400_000
+    shrunk = small_png(big, limit=400_000)
+    assert len(shrunk) <= 400_000 and shrunk[:8] == b"\x89PNG\r\n\x1a\n"
+    small = tmp_path / "small.png"
+    Image.fromarray(np.zeros((10, 10, 3), dtype=np.uint8)).save(small)
+    assert small_png(small) == small.read_bytes()
+
+
+def _benchmark(path, s, cpu, rss):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+                    f"{s}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
+
+
+def test_stage_times_sum_each_rules_jobs_and_compare_with_the_prediction(tmp_path):
+    bench = tmp_path / "benchmarks" / "r"
+    _benchmark(bench / "train" / "L10.tsv", 100.0, 90.0, 300.0)
+    _benchmark(bench / "train" / "L20.tsv", 200.0, 180.0, 500.0)
+    _benchmark(bench / "bayes_risk.tsv", 10.0, 9.0, 100.0)
+    jobs = measured_jobs(bench)
+    assert sorted(jobs["rule"]) == ["bayes_risk", "train", "train"]
+    prediction = {"jobs": [{"rule": "train", "seconds": 135.0}, {"rule": "train", "seconds": 135.0},
+                           {"rule": "bayes_risk", "seconds": 18.0}]}
+    table = stage_times(jobs, prediction).set_index("rule")
+    assert table.loc["train", "jobs"] == 2 and np.isclose(table.loc["train", "cpu_hours"], 270 / 3600)
+    assert np.isclose(table.loc["train", "longest_job_hours"], 200 / 3600) and table.loc["train", "max_rss_mb"] == 500
+    assert np.isclose(table.loc["train", "measured_over_predicted"], 1.0)
+    assert np.isclose(table.loc["bayes_risk", "measured_over_predicted"], 0.5)
+
+
+def test_publish_copies_small_tables_with_their_provenance_and_skips_large_ones(tmp_path):
+    results = tmp_path / "results" / "r"
+    write_parquet(pd.DataFrame({"x": [1.0, 2.0]}), results / "icl" / "small.parquet", {"rule": "t", "git_commit": "abc"})
+    write_parquet(pd.DataFrame({"x": np.random.default_rng(1).random(800_000)}), results / "big.parquet", {"rule": "t"})
+    (tmp_path / "figures" / "r").mkdir(parents=True)
+    _benchmark(tmp_path / "benchmarks" / "r" / "bayes_risk.tsv", 1.0, 1.0, 1.0)
+    prediction = tmp_path / "prediction.json"
+    prediction.write_text(json.dumps({"jobs": [{"rule": "bayes_risk", "seconds": 2.0}], "total_core_hours": 0.001,
+                                      "wall_hours": 0.001, "cores": 2, "machine": "test"}))
+    out = tmp_path / "out"
+    publish("r", out, prediction, root=tmp_path)
+    copied = out / "tables" / "icl" / "small.parquet"
+    assert copied.read_bytes() == (results / "icl" / "small.parquet").read_bytes()
+    assert read_provenance(copied)["git_commit"] == "abc"
+    assert not (out / "tables" / "big.parquet").exists()
+    assert "`abc`" in (out / "times.md").read_text()
