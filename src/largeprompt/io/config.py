@@ -72,13 +72,14 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
         elif err.validator == "additionalProperties":
             lines.append(_unknown_key_message(err, key))
         elif err.validator in ("pattern", "not") and err.absolute_path and err.absolute_path[-1] == "run":
-            lines.append(f"config key 'run' = {json.dumps(err.instance)}: {err.schema.get('description', '').strip() or err.message}"
-                         " (allowed: letters, digits, '_', '-', '.'; no '/' or '..'; at most 64 characters)")
+            lines.append(f"config key 'run' = {json.dumps(err.instance)}: the run name becomes a folder of results/, figures/ "
+                         "and logs/ (allowed: 1 to 64 letters, digits, '_', '-', '.', starting with a letter or digit; "
+                         "no '/' and no '..')")
         else:
             lines.append(
                 f"config key '{key}' = {json.dumps(err.instance)}: {err.message} (allowed: {allowed_range(err.schema)})"
             )
-    return lines
+    return list(dict.fromkeys(lines))  # one line per problem: 'pattern' and 'not' can both reject a run name
 
 
 def _unknown_key_message(err, key: str) -> str:
