@@ -12,12 +12,19 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 
 
+import sys
+
 # The report's landing page shows every figure with its caption (src/largeprompt/report.py).
-from largeprompt.io.pipeline import PRODUCERS_ENV, producer_patterns
+from largeprompt.io.pipeline import PRODUCERS_ENV, producer_patterns, report_hint
 from largeprompt.report import landing_page
 
 
 report: landing_page("workflow/report/workflow.rst")
+
+
+# `snakemake --report` reads the figures of the run the config names: say so when that run has none yet.
+if "--report" in sys.argv and (hint := report_hint(RUN, FIGURES)):
+    print(hint, file=sys.stderr)
 
 
 include: "workflow/rules/affine_limit.smk"

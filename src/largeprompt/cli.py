@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from largeprompt.bench import main as bench_main
+from largeprompt.io.config import ConfigError, check_config_files
 from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
 from largeprompt.publish import main as publish_main
 
@@ -24,12 +26,30 @@ def inspect(path: str, rows: int = 5) -> str:
     return "\n".join(lines)
 
 
+def check_config_command(files) -> int:
+    """``largeprompt check-config FILE...``: config/config.yaml with the overlays merged in, checked against the schema."""
+    root = Path(__file__).resolve().parents[2]
+    base = Path("config/config.yaml") if Path("config/config.yaml").is_file() else root / "config" / "config.yaml"
+    schema = Path("workflow/schemas/config.schema.yaml")
+    schema = schema if schema.is_file() else root / "workflow" / "schemas" / "config.schema.yaml"
+    try:
+        check_config_files(files, base, schema)
+    except ConfigError as err:
+        print(f"largeprompt check-config: {err}", file=sys.stderr)
+        return 2
+    print(f"{', '.join(files)}: valid over {base}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="largeprompt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_inspect = sub.add_parser("inspect", help="print a result file's provenance, schema and first rows")
     p_inspect.add_argument("file")
     p_inspect.add_argument("-n", "--rows", type=int, default=5)
+    p_check = sub.add_parser("check-config", help="check config overlays as `snakemake --configfile` would read them, "
+                                                  "with one line per problem naming the file, line and key")
+    p_check.add_argument("files", nargs="+")
     sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
     sub.add_parser("publish", help="copy a finished run's figures, small tables and stage times into the docs; "
                                    "see `largeprompt publish --help`", add_help=False)
@@ -39,6 +59,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["publish"]:
         return publish_main(argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return check_config_command(args.files)
     if args.command == "inspect":
         try:
             print(inspect(args.file, args.rows))

@@ -212,3 +212,37 @@ def canonical(value):
     if isinstance(value, (list, tuple)):
         return [canonical(v) for v in value]
     return value
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The mapping in a config file, or ConfigError in one line naming the file (and the YAML line where there is one).
+
+    Snakemake reads ``--configfile`` itself before the workflow starts, with generic messages;
+    ``largeprompt check-config`` gives these instead."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found (the path is relative to the directory you run snakemake in)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: cannot be read ({err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config file {path}{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        what = "is empty (or only comments)" if data is None else f"holds a {type(data).__name__}, not keys"
+        raise ConfigError(f"config file {path} {what}: a config file is a YAML mapping of keys, e.g. `run: my-run`")
+    return data
+
+
+def check_config_files(paths, base: str | Path, schema_path: str | Path) -> None:
+    """Read ``base`` and the overlays ``paths`` as ``snakemake --configfile`` merges them, and check the result;
+    raise ConfigError (one line per problem) or return None."""
+    config = read_config_file(base)
+    for path in paths:
+        _merge(config, read_config_file(path))
+    migrate_deprecated(config)
+    check_config(config, schema_path)

@@ -155,3 +155,19 @@ def producer_patterns(rule_outputs) -> str:
                 parts = re.split(r"\{[^}]+\}", match[1])
                 patterns.append(["^" + "[^/]+".join(re.escape(p) for p in parts) + "$", rule])
     return json.dumps(patterns)
+
+
+def report_hint(run: str, figures, root: Path = Path(".")) -> str | None:
+    """For ``snakemake --report``: None when figures/<run>/ holds every figure, else a line naming the missing ones,
+    the command that builds them and the runs whose figures exist (their config goes with --configfile)."""
+    missing = [name for name in figures if not (root / "figures" / run / f"{name}.png").is_file()]
+    if not missing:
+        return None
+    others = sorted(p.name for p in (root / "figures").glob("*") if p.is_dir() and p.name != run and any(p.glob("*.png")))
+    hint = (f"note: the report shows run '{run}' (config key `run`), and figures/{run}/ lacks {len(missing)} of its "
+            f"{len(figures)} figures ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): build them first with "
+            f"`snakemake --cores N` and the same --configfile")
+    if others:
+        hint += (f"; for another run, add its config file: `snakemake --report report.html --configfile config/<run>.yaml` "
+                 f"(figures exist for: {', '.join(others)})")
+    return hint
