@@ -2,7 +2,7 @@
 # A single-node SLURM cluster on this machine, for running the pipeline through
 # `snakemake --workflow-profile workflow/profiles/slurm` (see README, "Run on a cluster").
 #
-#   workflow/cluster/start-slurm.sh                 # install if needed, configure, start, wait for an idle node
+#   workflow/cluster/start-slurm.sh                 # install if needed, configure, start, wait until the node is up
 #   workflow/cluster/start-slurm.sh --install-only  # only the apt-get install (CI)
 #   workflow/cluster/stop-slurm.sh [--purge]        # stop what this script started
 #
@@ -69,7 +69,7 @@ install_packages() {
 # the command name alone to call a daemon dead that comes up a moment later, so the daemons launched by this
 # invocation count as alive by pid liveness until they have exec'd (or EXEC_GRACE s have passed).
 EXEC_GRACE=30
-declare -A LAUNCHED_PID=() LAUNCHED_AT=() # daemon name -> its pid, and $SECONDS when it was launched
+declare -A LAUNCHED_PID=() LAUNCHED_AT=() LAUNCHED_EPOCH=() # daemon name -> its pid, $SECONDS and the time (s since 1970) at its launch
 LAUNCHED=()                               # the daemons this invocation launched, in launch order
 
 comm_of() { # comm_of <pid>: the process's command name ("" when there is no such process)
@@ -133,7 +133,7 @@ launch() {
     fi
     remove_stale "$name"
     setsid "$@" </dev/null >>"$BASE/log/$name.out" 2>&1 &
-    LAUNCHED_PID[$name]=$! LAUNCHED_AT[$name]=$SECONDS
+    LAUNCHED_PID[$name]=$! LAUNCHED_AT[$name]=$SECONDS LAUNCHED_EPOCH[$name]=$EPOCHSECONDS
     LAUNCHED+=("$name")
     echo $! >"$BASE/run/$name.pid"
     say "started $name (pid $!)"
@@ -291,15 +291,28 @@ register_accounts() {
     fi
 }
 
-node_idle() { [[ $(/usr/bin/sinfo -h -n localhost -o %t 2>/dev/null) == idle ]]; }
+# node_up: the node takes jobs: idle, or running or finishing jobs (mix, alloc, comp: a slurmd restarted under a
+# running job, e.g. after a crash, finds the node allocated, never idle); a trailing "*" (not responding) or any
+# other state (down, drain, unknown) is not up. When this invocation launched slurmd, the node must also have
+# registered with that slurmd (SlurmdStartTime not older than the launch): until then sinfo still shows the state
+# the controller had from the slurmd that died.
+node_up() {
+    local state started
+    state=$(/usr/bin/sinfo -h -n localhost -o %t 2>/dev/null) || return 1
+    [[ $state =~ ^(idle|mix|alloc|comp)$ ]] || return 1
+    [[ -n ${LAUNCHED_EPOCH[slurmd]:-} ]] || return 0
+    started=$(/usr/bin/scontrol show node localhost 2>/dev/null | grep -o 'SlurmdStartTime=[^ ]*') || return 1
+    started=$(date -d "${started#*=}" +%s 2>/dev/null) || return 1
+    ((started >= LAUNCHED_EPOCH[slurmd]))
+}
 
-# ReturnToService=2 should make the node idle once slurmd has registered; resume it once if it is not.
-wait_node_idle() {
+# ReturnToService=2 should make the node up once slurmd has registered; resume it once if it is not.
+wait_node_up() {
     local deadline=$((SECONDS + 180)) resume_at=$((SECONDS + 20))
-    until node_idle; do
-        alive slurmd || failed slurmd "exited before node localhost was idle"
-        alive slurmctld || failed slurmctld "exited before node localhost was idle"
-        ((SECONDS < deadline)) || failed slurmd "started, but node localhost is not idle after 180 s: $(/usr/bin/sinfo -h -N -o '%N %t %E' 2>&1)"
+    until node_up; do
+        alive slurmd || failed slurmd "exited before node localhost was up"
+        alive slurmctld || failed slurmctld "exited before node localhost was up"
+        ((SECONDS < deadline)) || failed slurmd "started, but node localhost is not up after 180 s: $(/usr/bin/sinfo -h -N -o '%N %t %E' 2>&1)"
         if ((resume_at && SECONDS >= resume_at)); then
             /usr/bin/scontrol update nodename=localhost state=resume 2>/dev/null || true
             resume_at=0
@@ -338,7 +351,7 @@ main() {
     launch slurmctld /usr/sbin/slurmctld -D -f "$SLURM_CONF"
     wait_for slurmctld 180 /usr/bin/scontrol ping
     launch slurmd /usr/sbin/slurmd -D -N localhost -f "$SLURM_CONF"
-    wait_node_idle
+    wait_node_up
     /usr/bin/sinfo
     say "ready: partition $PARTITION, account $ACCOUNT"
     echo "export SLURM_CONF=$SLURM_CONF"
