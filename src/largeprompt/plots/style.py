@@ -1,6 +1,7 @@
 """Shared figure style and saving (PDF for the paper, PNG for the report)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -8,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 REFERENCE_STYLE = dict(color="black", linestyle="--", linewidth=1.4)  # limits, predictions and optima the data is compared with
 
@@ -35,8 +37,43 @@ def suptitle(fig, text: str, run: str | None = None, **kwargs) -> None:
         fig.text(0.5, 1.0, note, ha="center", va="bottom", color="tab:red", fontsize=9, fontweight="bold")
 
 
+def short_number(value: float) -> str:
+    """A tick label: plain for 0.01 ≤ |v| < 10⁴ ('0.2', '500'), else 'a×10ᵏ' in mathtext."""
+    if value == 0 or 1e-2 <= abs(value) < 1e4:
+        return f"{value:g}"
+    exponent = math.floor(math.log10(abs(value)))
+    return rf"${value / 10**exponent:g}\times10^{{{exponent}}}$"
+
+
+def tidy_log_axis(axis) -> None:
+    """Minor tick labels of a base-10 log axis, short and never running into each other: none when it spans 1.5
+    decades or more (one decade for labels a×10ᵏ; the powers of ten are labelled), at 2 and 5 times a power of ten down to half a decade, and at
+    2, 3, 4, 5, 6 and 8 times a power of ten on a shorter axis."""
+    lo, hi = sorted(axis.get_view_interval())
+    if lo <= 0 or getattr(axis.get_transform(), "base", 10) != 10:
+        return
+    decades = math.log10(hi / lo)
+    wide = lo < 1e-2 or hi >= 1e4  # labels 'a×10ᵏ', wider than plain numbers
+    if decades >= (1.0 if wide else 1.5):
+        axis.set_minor_formatter(NullFormatter())
+        return
+    shown = (2.0, 5.0) if decades >= 0.5 else (2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+    def label(value, _pos):
+        leading = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
+        return short_number(value) if leading in shown else ""
+
+    axis.set_minor_formatter(FuncFormatter(label))
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: short_number(value)))
+
+
 def save_figure(fig, pdf_path: str | Path, png_path: str | Path) -> None:
-    """Save ``fig`` as PDF and PNG (metadata without timestamps, so reruns give identical PDFs)."""
+    """Save ``fig`` as PDF and PNG (metadata without timestamps, so reruns give identical PDFs), with the minor labels
+    of its log axes tidied (:func:`tidy_log_axis`)."""
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                tidy_log_axis(axis)
     Path(pdf_path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(pdf_path, metadata={"CreationDate": None, "ModDate": None})
     fig.savefig(png_path)
