@@ -1,15 +1,20 @@
-import os
-import shutil
+"""Fixtures and hooks of the test suite; shared helpers are in tests/helpers.py."""
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import SMOKE, copy_repo, run, snakemake_cmd
 
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that reads the session's smoke run waits for the whole smoke DAG (over a minute on two cores) unless
+    another test built it first: it is slow, whatever its own body costs; so is every SLURM test."""
+    for item in items:
+        if "smoke_run" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,45 +28,11 @@ def private_kernel_cache(tmp_path_factory):
         yield
 
 
-def snakemake_cmd(*args):
-    """Snakemake from this interpreter's environment."""
-    return [sys.executable, "-m", "snakemake", *args]
-
-
-def run(cmd, cwd, timeout=600, check=True, env=None):
-    """Run ``cmd`` in ``cwd``; in a copy of the repository, its own src/ comes first on PYTHONPATH (the
-    virtual environment's editable install points at REPO)."""
-    full_env = dict(os.environ, **(env or {}))
-    if (Path(cwd) / "src" / "largeprompt").is_dir():
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(cwd) / "src"), full_env.get("PYTHONPATH")]))
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def copy_repo(dest: Path) -> Path:
-    """A copy of the repository's shipped files (no results, logs or venv) in ``dest``: the files git would
-    ship from REPO, tracked or untracked but not ignored."""
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
-SMOKE = "config/smoke.yaml"
-
-
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """The smoke DAG, built once per session in a copy of the repository (its own git repo), and the default
-    run's dry run taken before it. The pipeline, report and SLURM tests read it; a test that changes the tree
-    puts it back."""
+    run's dry run taken before it. Shared by the pipeline, report, fingerprint and SLURM tests: read it, never
+    edit it; a test that edits files works in its own copy (``helpers.copy_repo(dest, source=work)``)."""
     work = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     before = run(snakemake_cmd("-n"), cwd=work)

@@ -93,14 +93,15 @@ def test_paper_config_is_paper_yaml_over_the_default():
     assert config["train"]["prompt_lengths"] == list(range(10, 101, 10)) + list(range(200, 1001, 100))
     assert config["train"]["lr"] == 1e-3 and config["train"]["horizon"] == 300 and config["icl"]["n_test"] == 10000
     assert config["train"]["divergence_threshold"] == 1e4  # numbers read as numbers
-    assert config["bounds"]["chunk_size"] == 8192  # inherited from config/config.yaml
+    assert config["concentration"]["chunk_size"] == 8192 and config["fixed_query_bound"]["chunk_size"] == 8192  # inherited
+    assert "bounds" not in config  # config/config.yaml: the sections of this release
 
 
 def test_with_values_sets_nested_keys_on_a_copy():
-    config = {"bounds": {"n": 1, "fixed_query": {"m": 2}}, "seed": 0}
-    out = costs.with_values(config, bounds__fixed_query__m=5, seed=3, measure="gaussian")
-    assert out == {"bounds": {"n": 1, "fixed_query": {"m": 5}}, "seed": 3, "measure": "gaussian"}
-    assert config["bounds"]["fixed_query"]["m"] == 2
+    config = {"concentration": {"n": 1, "inner": {"m": 2}}, "seed": 0}
+    out = costs.with_values(config, concentration__inner__m=5, seed=3, measure="gaussian")
+    assert out == {"concentration": {"n": 1, "inner": {"m": 5}}, "seed": 3, "measure": "gaussian"}
+    assert config["concentration"]["inner"]["m"] == 2
 
 
 def test_training_jobs_add_steps_and_logging():
@@ -152,7 +153,7 @@ def test_peaks_by_rule_keeps_each_rules_largest_job():
     assert peaks["bayes_risk"]["jobs"] == 1
 
 
-def test_synthetic_error_tables_have_the_schema_of_simulate_errors():
+def test_synthetic_error_tables_have_the_schema_of_simulate_concentration_errors():
     lengths = prompt_length_grid(4, 8, 2)
     frame = slices.synthetic_errors("gaussian", 0.5, lengths, 7)
     assert list(frame.columns) == ERROR_KEYS + ["output_sq_error", "grad_U_sq_error", "grad_V_sq_error"]

@@ -4,8 +4,8 @@ import copy
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, run, snakemake_cmd
-from largeprompt.io.config import ConfigError, check_config
+from helpers import REPO, copy_repo, run, snakemake_cmd
+from largeprompt.io.config import DEPRECATION, ConfigError, check_config, migrate_deprecated
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -46,15 +46,17 @@ def test_shipped_configs_are_valid(overlay):
         (("affine_limit", "ray", "t_max"), 0, r"'affine_limit.ray.t_max' = 0.*allowed: number in \(0, 20\]"),
         (("affine_limit", "measures"), ["gaussian", "cauchy"], r"'affine_limit.measures\[1\]' = \"cauchy\""),
         (("affine_limit", "gaussian_mean"), [0.0, 0.0], r"'affine_limit.gaussian_mean' has 2 entries"),
-        (("bounds", "log2_max_prompt_length"), 5, r"'bounds.log2_max_prompt_length' = 5: the L grid needs"),
-        (("bounds", "fixed_query", "repetition_block"), 10**6, r"'bounds.fixed_query.repetition_block' = 1000000 exceeds"),
+        (("concentration", "log2_max_prompt_length"), 5, r"'concentration.log2_max_prompt_length' = 5: the L grid needs"),
+        (("fixed_query_bound", "log2_max_prompt_length"), 5, r"'fixed_query_bound.log2_max_prompt_length' = 5: the L grid"),
+        (("concentration", "repetition_block"), 10**6, r"'concentration.repetition_block' = 1000000 exceeds"),
+        (("fixed_query_bound", "repetition_block"), 10**6, r"'fixed_query_bound.repetition_block' = 1000000 exceeds"),
         (("train", "lr"), -0.1, r"'train.lr' = -0.1"),
         (("train", "replicate_seeds"), [20], r"'train.replicate_seeds' = \[20\] names seeds that are not in"),
         (("train", "seeds"), [0, 1, 1], r"'train.seeds' = \[0, 1, 1\].*non-unique.*no repeats"),
         (("train", "seeds"), [0, -1], r"'train.seeds\[1\]' = -1.*allowed: integer in \[0, 4294967295\]"),
         (("init_dependence", "n_seeds"), 4, r"'init_dependence.n_seeds' = 4.*allowed: integer in \[8, 100000\]"),
         (("train", "trapped_loss_ratio", "softmax"), 0.9, r"'train.trapped_loss_ratio.softmax' = 0.9.*\[1, 100\]"),
-        (("run",), "../elsewhere", r"config key 'run' = \"../elsewhere\".*no '/' or '..'"),
+        (("run",), "../elsewhere", r"config key 'run' = \"../elsewhere\": the run name becomes a folder.*no '/' and no '..'"),
         (("run",), "a/b", r"config key 'run' = \"a/b\""),
         (("run",), "a..b", r"config key 'run' = \"a..b\""),
         (("run",), ".hidden", r"config key 'run' = \".hidden\""),
@@ -70,6 +72,14 @@ def test_invalid_values_name_the_key_and_range(path, value, expected):
         check_config(config, SCHEMA)
 
 
+def test_a_bad_run_name_is_one_line():
+    config = _default()
+    config["run"] = "../elsewhere"  # breaks both the pattern and the '..' rule of the schema
+    with pytest.raises(ConfigError) as err:
+        check_config(config, SCHEMA)
+    assert str(err.value).count("config key 'run'") == 1
+
+
 def test_unknown_and_missing_keys_are_named():
     config = _default()
     config["affine_limit"]["n_prompt"] = 3  # typo
@@ -83,6 +93,22 @@ def test_unknown_and_missing_keys_are_named():
     del config["affine_limit"]["chunk_size"]
     with pytest.raises(ConfigError, match=r"'affine_limit.chunk_size' is missing"):
         check_config(config, SCHEMA)
+
+
+def test_the_deprecated_bounds_section_is_read_as_its_new_sections():
+    """``bounds`` (this release split it) still works, once, with a message naming the new keys."""
+    config, messages = _default(), []
+    old = {"n_bootstrap": 60, "chunk_size": 4096, "ci_level": 0.9, "fixed_query": {"deltas": [0.1, 0.02]}}
+    config["bounds"] = copy.deepcopy(old)
+    assert migrate_deprecated(config, warn=messages.append)
+    assert messages == [DEPRECATION] and "'concentration'" in DEPRECATION and "'fixed_query_bound'" in DEPRECATION
+    assert "bounds" not in config
+    assert config["concentration"]["n_bootstrap"] == 60 and config["concentration"]["chunk_size"] == 4096
+    assert config["fixed_query_bound"]["deltas"] == [0.1, 0.02]
+    assert config["fixed_query_bound"]["chunk_size"] == 4096 and config["fixed_query_bound"]["ci_level"] == 0.9  # shared keys
+    assert config["concentration"]["c_values"] == _default()["concentration"]["c_values"]  # the rest untouched
+    check_config(config, SCHEMA)
+    assert not migrate_deprecated(config, warn=messages.append) and len(messages) == 1  # nothing left to move
 
 
 def test_snakemake_refuses_invalid_config_before_any_job(tmp_path):

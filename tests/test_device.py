@@ -8,7 +8,6 @@ configured device, which is what moves a sweep to a GPU without code changes.
 import contextlib
 import importlib
 import inspect
-import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,14 +15,19 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO, workflow_rules
 from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.io.parquet_io import write_parquet
-from largeprompt.io.pipeline import Runtime
+from largeprompt.io.pipeline import Runtime, Setting
 from largeprompt.io.runlog import runtime_settings
-from largeprompt.stages import affine_limit, concentration, data, fixed_query_bounds, icl_data, train
+from largeprompt.stages.make_affine_limit_queries import make_affine_limit_queries
+from largeprompt.stages.make_icl_test_set import make_icl_test_set
+from largeprompt.stages.simulate_affine_limit import simulate_affine_limit
+from largeprompt.stages.simulate_concentration_errors import simulate_concentration_errors
+from largeprompt.stages.simulate_fixed_query_bound import simulate_fixed_query_bound
+from largeprompt.stages.train import train
+from largeprompt.stages.train_transfer import train_transfer
 
-COMPUTE_RULES = ("simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "train", "train_transfer")
 CPU = Runtime(device="cpu")
 
 
@@ -49,22 +53,27 @@ def test_resolve_device_and_dtype():
         dtype_of("float16")
 
 
-def rule_body(rule):
-    text = "".join(p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk"))
-    return re.search(rf"^rule {rule}:\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M).group(1)
+def compute_rules():
+    """The rules that run on the configured device: with ``device: cuda`` each asks its cluster job for a GPU."""
+    return {name: rule for name, rule in workflow_rules((("device", "cuda"),)).items() if "gres" in rule.resources}
 
 
-@pytest.mark.parametrize("rule", COMPUTE_RULES)
-def test_every_compute_rule_hands_its_stage_the_runtime_device(rule):
-    """The device is a run-time key: never a param (changing it reruns nothing), always passed as ``runtime``."""
-    body = rule_body(rule)
-    params = body.split("params:", 1)[1].split("log:", 1)[0]
-    assert "device" not in params, rule
-    script = re.search(r'script:\s*"\.\./scripts/(\w+\.py)"', body).group(1)
-    source = (REPO / "workflow" / "scripts" / script).read_text()
-    module, name = re.search(r"from (largeprompt\.stages\.\w+) import (\w+)", source).groups()
-    assert f"run_stage(snakemake, {name})" in source
-    assert "runtime" in inspect.signature(getattr(importlib.import_module(module), name)).parameters
+def test_every_compute_rule_hands_its_stage_the_runtime_device():
+    """The device is a run-time key: never a param (changing it reruns nothing), always passed as ``runtime``.
+
+    Read from the workflow as Snakemake parses it: each compute rule's params, and the stage its script runs (the
+    rule's name in largeprompt.stages, docs/architecture.md#naming).
+    """
+    rules = compute_rules()
+    assert {"simulate_affine_limit", "simulate_concentration_errors", "simulate_fixed_query_bound", "train",
+            "train_transfer"} <= set(rules)
+    for name, rule in rules.items():
+        keys = {value.key if isinstance(value, Setting) else key for key, value in rule.params.items()}
+        assert not any(k == "device" or k.endswith(".device") or "device" in k.split("__") for k in keys), (name, keys)
+        assert rule.script == REPO / "workflow" / "scripts" / f"{name}.py", (name, rule.script)
+        assert f"run_stage(snakemake, {name})" in rule.script.read_text(), name
+        stage = getattr(importlib.import_module(f"largeprompt.stages.{name}"), name)
+        assert "runtime" in inspect.signature(stage).parameters, name
 
 
 def test_runtime_settings_read_the_device_from_the_config():
@@ -79,50 +88,47 @@ RUNS = {"models": ["softmax", "linear"], "seeds": [0], "replicate_seeds": [0], "
 
 
 def _training_stages(tmp_path, out):
-    icl_data.make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"},
-                               {"seed": 1, "icl": dict(ICL, n_test=8), "max_prompt_length": 12})
+    make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"}, {"seed": 1, "icl": dict(ICL, n_test=8), "max_prompt_length": 12})
     times = np.linspace(0.0, 0.6, 4)
-    write_parquet(pd.DataFrame({"seed": 0, "time": times, "sharpness": 1.0 + 10 * times}), tmp_path / "flow0.parquet",
-                  {"rule": "full_model_flow"})
+    flow = pd.DataFrame({"seed": 0, "time": times, "sharpness": 1.0 + 10 * times,  # what the train stage reads of a flow
+                         "infinite_prompt_risk": [1.1, 1.1, 0.15, 0.15], "readout_determinant": 1.0})
+    write_parquet(flow, tmp_path / "flow0.parquet", {"rule": "full_model_flow"})
     section = dict(RUNS, step_size_rule="flow_sharpness", stability_fraction=0.8, decay_start=0.5, decay_end=0.7,
                    final_lr=0.05, divergence_threshold=1e4, fatal_divergence=False, dtype="float32")
-    train.train({"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "flow0.parquet"]},
-                {"trajectories": tmp_path / "r.parquet"},
-                {"prompt_length": 12, "checkpoint": str(tmp_path / "ckpt.pt"), "seed": 1, "icl": ICL, "train": section},
-                runtime=Runtime(device="cpu", checkpoint_every=2))
+    train({"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "flow0.parquet"]}, {"trajectories": tmp_path / "r.parquet"},
+          {"prompt_length": 12, "seed": 1, "icl": ICL, "train": section}, runtime=Runtime(device="cpu", checkpoint_every=2))
     out["train"] = pd.read_parquet(tmp_path / "r.parquet")
-    train.train_transfer({"test_set": tmp_path / "t.parquet"}, {"trajectories": tmp_path / "x.parquet"},
-                         {"prompt_length": 12, "checkpoint": str(tmp_path / "ckpt_x.pt"), "seed": 1, "icl": ICL,
-                          "transfer": RUNS}, runtime=CPU)
+    train_transfer({"test_set": tmp_path / "t.parquet"}, {"trajectories": tmp_path / "x.parquet"},
+                   {"prompt_length": 12, "seed": 1, "icl": ICL, "transfer": RUNS}, runtime=CPU)
     out["train_transfer"] = pd.read_parquet(tmp_path / "x.parquet")
 
 
 def _run_stages(tmp_path):
     """Each compute stage at a tiny size, with the nested params its rule passes; returns its output frames."""
     out = {}
-    data.make_queries({}, {"queries": tmp_path / "q.parquet"},
-                      {"affine_limit": {"ray": {"direction": [1.0, 0.5], "t_max": 1.0, "n_points": 3}}})
-    affine_limit.simulate_affine_limit(
-        {"queries": tmp_path / "q.parquet"}, {"result": tmp_path / "a.parquet"},
+    make_affine_limit_queries({}, {"queries": tmp_path / "q.parquet"},
+                              {"affine_limit": {"ray": {"direction": [1.0, 0.5], "t_max": 1.0, "n_points": 3}}})
+    simulate_affine_limit(
+        {"queries": tmp_path / "q.parquet"}, {"outputs": tmp_path / "a.parquet"},
         {"seed": 1, "dtype": "float64", "affine_limit": dict(
             measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0], gaussian_rho=0.5,
             attention_scale=1.0, prompt_lengths=[10, 100], n_prompts=3, chunk_size=32)},
         runtime=CPU,
     )
     out["affine_limit"] = pd.read_parquet(tmp_path / "a.parquet")
-    concentration.simulate_errors(
-        {}, {"result": tmp_path / "e.parquet"},
-        {"seed": 1, "dtype": "float64", "measure": "uniform", "c": 0.5, "bounds": dict(
-            dim=2, log2_min_prompt_length=3, log2_max_prompt_length=7, points_per_octave=1, n_repetitions=20,
-            repetition_block=10, chunk_size=32)},
+    simulate_concentration_errors(
+        {}, {"errors": tmp_path / "e.parquet"},
+        {"seed": 1, "dtype": "float64", "measure": "uniform", "concentration": dict(
+            dim=2, c_values=[0.5, 2.0], log2_min_prompt_length=3, log2_max_prompt_length=7, points_per_octave=1,
+            n_repetitions=20, repetition_block=10, chunk_size=32)},
         runtime=CPU,
     )
     out["errors"] = pd.read_parquet(tmp_path / "e.parquet")
-    fixed_query_bounds.simulate_fixed_query_bound(
-        {}, {"result": tmp_path / "f.parquet"},
-        {"seed": 1, "dtype": "float64", "bounds": {"chunk_size": 16, "ci_level": 0.95, "fixed_query": dict(
+    simulate_fixed_query_bound(
+        {}, {"quantiles": tmp_path / "f.parquet"},
+        {"seed": 1, "dtype": "float64", "fixed_query_bound": dict(
             dim=2, rho=0.5, kappas=[0.25], log2_min_prompt_length=3, log2_max_prompt_length=6, n_repetitions=40,
-            repetition_block=20, deltas=[0.1], n_limit_law_draws=200)}},
+            repetition_block=20, deltas=[0.1], n_limit_law_draws=200, chunk_size=16, ci_level=0.95)},
         runtime=CPU,
     )
     out["fixed_query"] = pd.read_parquet(tmp_path / "f.parquet")

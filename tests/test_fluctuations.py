@@ -132,10 +132,11 @@ def test_rigorous_bound_holds_at_its_confidence(tmp_path):
     """docs/theory.md#fixed-query-bound: P(‖T_L − T_∞‖ > B) ≤ δ on every cell, up to 4 binomial SE; the empirical
     quantile stays below B."""
     fixed_query = dict(dim=2, rho=0.5, kappas=[0.25, 2.25], log2_min_prompt_length=4, log2_max_prompt_length=10,
-                       n_repetitions=3000, repetition_block=1000, deltas=[0.1, 0.01], n_limit_law_draws=20000)
-    params = dict(seed=11, dtype="float64", bounds=dict(chunk_size=1024, ci_level=0.95, fixed_query=fixed_query))
+                       n_repetitions=3000, repetition_block=1000, deltas=[0.1, 0.01], n_limit_law_draws=20000,
+                       chunk_size=1024, ci_level=0.95)
+    params = dict(seed=11, dtype="float64", fixed_query_bound=fixed_query)
     out = tmp_path / "fq.parquet"
-    simulate_fixed_query_bound({}, {"result": str(out)}, params, runtime=Runtime(device="cpu"))
+    simulate_fixed_query_bound({}, {"quantiles": str(out)}, params, runtime=Runtime(device="cpu"))
     frame = pd.read_parquet(out)
     n = fixed_query["n_repetitions"]
     slack = mc_tolerance(np.sqrt(frame["delta"] * (1 - frame["delta"]) / n), z=4)

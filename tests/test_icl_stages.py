@@ -1,5 +1,5 @@
 """Stages of the in-context regression pipeline called by hand with the nested params the rules pass
-(workflow/rules/data.smk, infinite.smk, train.smk): test set, reference risks, flows, training, summaries, R4 gaps.
+(workflow/rules/icl.smk, infinite.smk, train.smk, transfer.smk): test set, reference risks, flows, training, summaries, R4 gaps.
 """
 import math
 
@@ -8,12 +8,22 @@ import pandas as pd
 import pytest
 import torch
 
+from helpers import theta
 from largeprompt.icl.risks import optimal_linear_attention_risk
 from largeprompt.icl.task import regression_task
+from largeprompt.icl.test_set import load_test_set
 from largeprompt.icl.training import initial_parameters
+from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
-from largeprompt.io.pipeline import Runtime
-from largeprompt.stages import icl_data, infinite, train, training_summary, trajectory_gap
+from largeprompt.io.pipeline import Runtime, checkpoint_path
+from largeprompt.stages import trajectory_gap
+from largeprompt.stages.bayes_risk import bayes_risk
+from largeprompt.stages.full_model_flow import full_model_flow
+from largeprompt.stages.make_icl_test_set import make_icl_test_set
+from largeprompt.stages.reduced_model import reduced_model
+from largeprompt.stages.summarize_training import summarize_training
+from largeprompt.stages.train import train
+from largeprompt.stages.train_transfer import train_transfer
 from tolerance import assert_within, eps, mc_tolerance, ode_tolerance
 
 SEED = 7
@@ -36,24 +46,23 @@ REDUCED = {"dim": 2, "noise_variance": 0.25, "v0": 2.0, "a0": 0.1, "lr": 0.05, "
 RUNTIME = Runtime(device="cpu", checkpoint_every=2)
 
 
-def train_params(L, root):
-    return {"prompt_length": L, "checkpoint": str(root / "checkpoints" / "train" / f"L{L}.pt"), "seed": SEED,
-            "icl": ICL_TASK, "train": {k: TRAIN[k] for k in TRAIN_RUNS}}
+def train_params(L):
+    return {"prompt_length": L, "seed": SEED, "icl": ICL_TASK, "train": {k: TRAIN[k] for k in TRAIN_RUNS}}
 
 
-def transfer_params(L, root):
+def transfer_params(L):
     keep = ("models", "seeds", "replicate_seeds", "batch_size", "lr", "horizon", "n_log")
-    return {"prompt_length": L, "checkpoint": str(root / "checkpoints" / "transfer" / f"L{L}.pt"), "seed": SEED,
-            "icl": ICL_TASK, "transfer": {k: TRANSFER[k] for k in keep}}
+    return {"prompt_length": L, "seed": SEED, "icl": ICL_TASK, "transfer": {k: TRANSFER[k] for k in keep}}
+
+
+def trajectories(root, section, L):
+    """Where the rules put a training job's output: results/<run>/<section>/L{L}.parquet (its checkpoint beside it)."""
+    return root / "results" / "test" / section / f"L{L}.parquet"
 
 
 def run_train(root, L, out):
     inputs = {"test_set": root / "icl_test.parquet", "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]]}
-    train.train(inputs, {"trajectories": out}, train_params(L, root), runtime=RUNTIME)
-
-
-# The flows' sharpness (torch.func Hessians) imports torch._dynamo once per process: ≈ 5–10 s on a busy core.
-STAGES = pytest.mark.slow
+    train(inputs, {"trajectories": out}, train_params(L), runtime=RUNTIME)
 
 
 @pytest.fixture(scope="module")
@@ -61,30 +70,28 @@ def root(tmp_path_factory):
     """Every stage once, at a tiny size, as the rules chain them."""
     root = tmp_path_factory.mktemp("icl")
     longest = max(TRAIN["prompt_lengths"] + TRANSFER["prompt_lengths"])
-    icl_data.make_icl_test_set({}, {"test_set": root / "icl_test.parquet"},
-                               {"seed": SEED, "icl": ICL, "max_prompt_length": longest})
-    icl_data.bayes_risk({"test_set": root / "icl_test.parquet"}, {"bayes_risk": root / "bayes.parquet"},
-                        {"icl": ICL, "train": {"prompt_lengths": TRAIN["prompt_lengths"]}})
+    make_icl_test_set({}, {"test_set": root / "icl_test.parquet"}, {"seed": SEED, "icl": ICL, "max_prompt_length": longest})
+    bayes_risk({"test_set": root / "icl_test.parquet"}, {"bayes_risk": root / "bayes.parquet"},
+               {"icl": ICL, "train": {"prompt_lengths": TRAIN["prompt_lengths"]}})
     for s in TRAIN["seeds"]:
-        infinite.full_model_flow({}, {"flow": root / f"flow{s}.parquet"},
-                                 {"run_seed": s, "seed": SEED, "icl": ICL_TASK, "train": {"horizon": TRAIN["horizon"]},
-                                  "infinite": INFINITE})
+        full_model_flow({}, {"flow": root / f"flow{s}.parquet"},
+                        {"run_seed": s, "seed": SEED, "icl": ICL_TASK, "train": {"horizon": TRAIN["horizon"]},
+                         "infinite": INFINITE})
     for L in TRAIN["prompt_lengths"]:
-        run_train(root, L, root / f"train_L{L}.parquet")
+        run_train(root, L, trajectories(root, "train", L))
     for L in TRANSFER["prompt_lengths"]:
-        train.train_transfer({"test_set": root / "icl_test.parquet"}, {"trajectories": root / f"transfer_L{L}.parquet"},
-                             transfer_params(L, root), runtime=RUNTIME)
-    infinite.reduced_model({}, {"result": root / "reduced.parquet"}, {"seed": SEED, "infinite": {"reduced_model": REDUCED}})
+        train_transfer({"test_set": root / "icl_test.parquet"}, {"trajectories": trajectories(root, "transfer", L)},
+                       transfer_params(L), runtime=RUNTIME)
+    reduced_model({}, {"result": root / "reduced.parquet"}, {"seed": SEED, "infinite": {"reduced_model": REDUCED}})
     return root
 
 
-@STAGES
 def test_test_set_is_nested_long_format_with_its_tasks(root):
     frame = read_parquet(root / "icl_test.parquet")
     n, longest = ICL["n_test"], 30
     assert set(frame["token_index"]) == set(range(-1, longest)) and frame["prompt"].nunique() == n
-    q30, p30, y30 = icl_data.load_test_set(frame)
-    q5, p5, y5 = icl_data.load_test_set(frame, 5)
+    q30, p30, y30 = load_test_set(frame)
+    q5, p5, y5 = load_test_set(frame, 5)
     assert p30.shape == (n, longest, 3) and p5.shape == (n, 5, 3)
     assert torch.equal(p30[:, :5], p5) and torch.equal(q5, q30) and torch.equal(y5, y30)  # nested prefixes
     assert torch.all(q5[:, -1] == 0)  # z_q = (x_q, 0)
@@ -100,7 +107,6 @@ def test_test_set_is_nested_long_format_with_its_tasks(root):
     assert read_provenance(root / "icl_test.parquet")["base_seed"] == SEED
 
 
-@STAGES
 def test_reference_risks_bayes_decreases_and_the_linear_optimum_matches_its_population_value(root):
     bayes = read_parquet(root / "bayes.parquet").sort_values("prompt_length")
     assert set(TRAIN["prompt_lengths"]) <= set(bayes["prompt_length"])
@@ -122,34 +128,33 @@ def test_reference_risks_bayes_decreases_and_the_linear_optimum_matches_its_popu
     assert (bayes["bayes_risk_se"] > 0).all() and (bayes["optimal_linear_attention_test_risk_se"] > 0).all()
 
 
-@STAGES
 def test_full_model_flow_is_on_a_uniform_grid_from_the_training_start(root):
     flow = read_parquet(root / "flow1.parquet")
     assert np.array_equal(flow["time"].to_numpy(), np.linspace(0.0, TRAIN["horizon"], INFINITE["flow_points"]))
     assert (flow["sharpness"] > 0).all() and flow["seed"].eq(1).all()
     assert flow["infinite_prompt_risk"].iloc[-1] < flow["infinite_prompt_risk"].iloc[0]
-    theta = [c for c in flow.columns if c.startswith("theta_")]
     start = torch.cat([p.reshape(-1) for p in initial_parameters(SEED, 1, 3).values()]).numpy()
     # θ(0) is read from the solver's dense output at t = 0: within its tolerances of the initial weights
     scale = float(np.abs(start).max())
-    assert_within(flow.loc[0, theta].to_numpy(float), start, ode_tolerance(INFINITE["rtol"], INFINITE["atol"], scale), "θ∞(0)")
-    run = read_parquet(root / "train_L5.parquet")
+    assert_within(theta(flow)[0], start, ode_tolerance(INFINITE["rtol"], INFINITE["atol"], scale), "θ∞(0)")
+    run = read_parquet(trajectories(root, "train", 5))
     first = run[(run["seed"] == 1) & (run["step"] == 0)]
     assert len(first) == 4  # softmax and linear, shared stream and replicate, all from the flow's start
     # training runs in float32: one rounding of each weight
-    for _, row in first.iterrows():
-        assert_within(row[theta].to_numpy(float), start, eps(torch.float32) * np.abs(start), "θ(0)")
+    for weights in theta(first):
+        assert_within(weights, start, eps(torch.float32) * np.abs(start), "θ(0)")
     prov = read_provenance(root / "flow1.parquet")
     assert prov["base_seed"] == SEED and prov["run_seeds"] == [1]
 
 
-@STAGES
 def test_train_stage_writes_every_run_and_is_reproducible(root, monkeypatch):
-    frame = read_parquet(root / "train_L30.parquet")
+    out = trajectories(root, "train", 30)
+    frame = read_parquet(out)
     columns = ["model", "prompt_length", "seed", "stream", "step", "time", "train_loss", "test_loss",
-               "infinite_prompt_risk", "status", "stability_margin", "u_y", "theta_000"]
+               "infinite_prompt_risk", "status", "stability_margin", "u_y", "theta"]
     assert set(columns) <= set(frame.columns)
-    assert len([c for c in frame.columns if c.startswith("theta_")]) == 3 * 9 + 3
+    assert not any(c.startswith("theta_") for c in frame.columns)  # the weights are one list column
+    assert theta(frame).shape == (len(frame), 3 * 9 + 3)  # Q, K, V (D × D each), then O (1 × D), D = 3
     runs = frame.groupby(["model", "seed", "stream"]).size()
     assert set(runs.index) == {(m, s, 0) for m in TRAIN["models"] for s in TRAIN["seeds"]} | {
         (m, 1, 1) for m in TRAIN["models"]}
@@ -159,53 +164,51 @@ def test_train_stage_writes_every_run_and_is_reproducible(root, monkeypatch):
         assert run["step"].is_monotonic_increasing
     # flow_sharpness keeps lr·λ within the stability fraction along each run's flow
     assert (frame["stability_margin"] <= 2 * TRAIN["stability_fraction"] * (1 + 1e-12)).all()
-    assert not (root / "checkpoints" / "train" / "L30.pt").exists()  # spent checkpoints are removed
-    prov = read_provenance(root / "train_L30.parquet")
+    checkpoint = checkpoint_path(out)
+    assert checkpoint == root / "results" / "test" / "checkpoints" / "train" / "L30.pt"  # beside, not among, the outputs
+    assert not checkpoint.exists()  # spent checkpoints are removed
+    prov = read_provenance(out)
     assert prov["base_seed"] == SEED and prov["run_seeds"] == TRAIN["seeds"]
     assert prov["runtime"]["resolved_device"] == "cpu" and prov["runtime"]["checkpoint_every"] == 2
     assert prov["params"]["train"]["lr"] == TRAIN["lr"] and prov["params"]["prompt_length"] == 30
     # a second run of the same job: a checkpoint written on the way, then the same bytes
-    from largeprompt.icl import trainer
-
     saved = []
-    real = trainer.save_checkpoint
-    monkeypatch.setattr(trainer, "save_checkpoint", lambda path, state: saved.append(state["step"]) or real(path, state))
-    run_train(root, 30, root / "again.parquet")
-    assert saved and all(s % 2 == 0 for s in saved)
-    assert not (root / "checkpoints" / "train" / "L30.pt").exists()
-    pd.testing.assert_frame_equal(read_parquet(root / "again.parquet"), frame, check_exact=True)
-    assert (root / "again.parquet").read_bytes() == (root / "train_L30.parquet").read_bytes()
+    real = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, state: saved.append((self.path, state["step"])) or real(self, state))
+    again = root / "results" / "again" / "train" / "L30.parquet"
+    run_train(root, 30, again)
+    assert saved and all(path == checkpoint_path(again) and step % 2 == 0 for path, step in saved)
+    assert not checkpoint_path(again).exists()
+    pd.testing.assert_frame_equal(read_parquet(again), frame, check_exact=True)
+    assert again.read_bytes() == out.read_bytes()
 
 
-@STAGES
 def test_train_transfer_runs_both_streams_at_a_constant_lr(root):
-    frame = read_parquet(root / "transfer_L10.parquet")
+    frame = read_parquet(trajectories(root, "transfer", 10))
     assert set(frame.groupby(["model", "seed", "stream"]).groups) == {(m, 1, j) for m in TRANSFER["models"] for j in (0, 1)}
     for _, run in frame.groupby(["model", "stream"]):
         assert run["step"].iloc[-1] == math.ceil(TRANSFER["horizon"] / TRANSFER["lr"] - 1e-9)  # 10 steps of lr
         assert np.allclose(run["time"], TRANSFER["lr"] * run["step"], rtol=0, atol=1e-12)
         assert len(run) == TRANSFER["n_log"] + 1
     assert frame["stability_margin"].isna().all()  # no flow read: not measured
-    theta = [c for c in frame.columns if c.startswith("theta_")]
-    shared, other = (frame[(frame["model"] == "softmax") & (frame["stream"] == j)] for j in (0, 1))
-    assert np.array_equal(shared[theta].iloc[0].to_numpy(float), other[theta].iloc[0].to_numpy(float))
-    assert not np.array_equal(shared[theta].iloc[-1].to_numpy(float), other[theta].iloc[-1].to_numpy(float))
-    prov = read_provenance(root / "transfer_L10.parquet")
+    shared, other = (theta(frame[(frame["model"] == "softmax") & (frame["stream"] == j)]) for j in (0, 1))
+    assert np.array_equal(shared[0], other[0])
+    assert not np.array_equal(shared[-1], other[-1])
+    prov = read_provenance(trajectories(root, "transfer", 10))
     assert prov["rule"] == "train_transfer" and prov["run_seeds"] == [1]
-    assert not (root / "checkpoints" / "transfer" / "L10.pt").exists()
+    assert not checkpoint_path(trajectories(root, "transfer", 10)).exists()
 
 
 def summarize(root):
-    inputs = {"trajectories": [root / f"train_L{L}.parquet" for L in TRAIN["prompt_lengths"]],
+    inputs = {"trajectories": [trajectories(root, "train", L) for L in TRAIN["prompt_lengths"]],
               "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]], "bayes_risk": root / "bayes.parquet"}
     outputs = {"runs": root / "summary.parquet", "prompt_lengths": root / "prompt_length_summary.parquet"}
     params = {"icl": ICL_TASK, "train": {k: TRAIN[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction",
                                                                  "convergence_window", "mode_gap_factor")}}
-    training_summary.summarize_training(inputs, outputs, params)
+    summarize_training(inputs, outputs, params)
     return read_parquet(outputs["runs"]), read_parquet(outputs["prompt_lengths"])
 
 
-@STAGES
 def test_summarize_training_writes_one_row_per_run_and_per_prompt_length(root):
     runs, table = summarize(root)
     n_runs = len(TRAIN["models"]) * (len(TRAIN["seeds"]) + len(TRAIN["replicate_seeds"]))
@@ -222,7 +225,7 @@ def test_summarize_training_writes_one_row_per_run_and_per_prompt_length(root):
     assert pd.api.types.is_integer_dtype(table["prompt_length"])
     assert table["n_seeds"].eq(len(TRAIN["seeds"])).all()  # the shared stream only
     # the final loss is the mean test loss over the last tenth of the horizon, by hand for one run
-    traj = read_parquet(root / "train_L30.parquet")
+    traj = read_parquet(trajectories(root, "train", 30))
     one = traj[(traj["model"] == "linear") & (traj["seed"] == 0) & (traj["stream"] == 0)]
     tail = one[one["time"] >= 0.9 * one["time"].max()]["test_loss"].mean()
     got = runs[(runs["model"] == "linear") & (runs["seed"] == 0) & (runs["stream"] == 0) & (runs["prompt_length"] == 30)]
@@ -231,9 +234,8 @@ def test_summarize_training_writes_one_row_per_run_and_per_prompt_length(root):
     assert_within(got["excess_risk"].item(), tail - bayes.loc[30, "bayes_risk"], eps(np.float64) * 2 * tail, "excess")
 
 
-@STAGES
 def test_trajectory_gap_tables(root):
-    inputs = {"trajectories": [root / f"transfer_L{L}.parquet" for L in TRANSFER["prompt_lengths"]],
+    inputs = {"trajectories": [trajectories(root, "transfer", L) for L in TRANSFER["prompt_lengths"]],
               "reduced": root / "reduced.parquet"}
     outputs = {"gaps": root / "gaps.parquet", "slopes": root / "slopes.parquet"}
     params = {"seed": SEED, "icl": ICL_TASK, "infinite": {k: INFINITE[k] for k in ("rtol", "atol")},
@@ -246,9 +248,8 @@ def test_trajectory_gap_tables(root):
     reduced = gaps[gaps["experiment"] == "reduced_model"]
     assert len(reduced) == len(REDUCED["prompt_lengths"]) * len(REDUCED["seeds"]) and reduced["noise_floor"].isna().all()
     # the floor is sup_t ‖θ(t) − θ'(t)‖ between the two batch streams, recomputed from the trajectories
-    traj = read_parquet(root / "transfer_L30.parquet")
-    theta = [c for c in traj.columns if c.startswith("theta_")]
-    a, b = (traj[(traj["model"] == "linear") & (traj["stream"] == j)].sort_values("step")[theta].to_numpy() for j in (0, 1))
+    traj = read_parquet(trajectories(root, "transfer", 30))
+    a, b = (theta(traj[(traj["model"] == "linear") & (traj["stream"] == j)].sort_values("step")) for j in (0, 1))
     row = full[(full["model"] == "linear") & (full["prompt_length"] == 30)]
     assert row["noise_floor"].item() == np.linalg.norm(a - b, axis=1).max()
     assert set(slopes["experiment"]) == {"full_model", "reduced_model"} and slopes["floor_factor"].eq(3).all()

@@ -11,7 +11,8 @@ from largeprompt.icl.task import regression_task
 from largeprompt.icl.training import initial_parameters
 from largeprompt.io.parquet_io import read_parquet
 from largeprompt.maths.classifiers import fit_stump, logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
-from largeprompt.stages import init_dependence
+from largeprompt.stages.simulate_init_dependence import simulate_init_dependence
+from largeprompt.stages.summarize_init_dependence import summarize_init_dependence
 from tolerance import gamma
 
 ICL = {"dim": 5, "covariance_rho": 0.5, "task_variance": 0.2, "noise_variance": 0.1}
@@ -66,9 +67,9 @@ def test_stage_classes_match_the_training_flows(tmp_path):
     same class; the class tables count every seed once."""
     params = {"seed": 20251211, "icl": ICL, "infinite": {"rtol": 1e-9, "atol": 1e-11},
               "init_dependence": {"n_seeds": 4, "horizon": 150.0, "n_folds": 2}}
-    init_dependence.simulate_init_dependence({}, {"flows": tmp_path / "flows.parquet"}, params)
-    init_dependence.summarize_init_dependence({"flows": tmp_path / "flows.parquet"},
-                                              {"classes": tmp_path / "c.parquet", "predictors": tmp_path / "p.parquet"}, params)
+    simulate_init_dependence({}, {"flows": tmp_path / "flows.parquet"}, params)
+    summarize_init_dependence({"flows": tmp_path / "flows.parquet"},
+                              {"classes": tmp_path / "c.parquet", "predictors": tmp_path / "p.parquet"}, params)
     flows, classes = read_parquet(tmp_path / "flows.parquet"), read_parquet(tmp_path / "c.parquet")
     task = regression_task(ICL)
     risk = full_model_risk(task)

@@ -7,11 +7,20 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import workflow_rules
 from largeprompt.core.devices import resolve_device
 from largeprompt.io import parquet_io
-from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance, write_parquet
-from largeprompt.io.pipeline import Runtime
+from largeprompt.io.parquet_io import PRODUCERS_ENV, ResultFileError, read_parquet, read_provenance, write_parquet
+from largeprompt.io.pipeline import Runtime, producer_patterns
 from largeprompt.io.provenance import provenance
+
+
+@pytest.fixture
+def in_a_job(monkeypatch):
+    """The environment of a Snakemake job: the Snakefile hands its jobs which rule makes which result file."""
+    rules = workflow_rules()
+    monkeypatch.setenv(PRODUCERS_ENV, producer_patterns((r.name, list(r.outputs)) for r in rules.values()))
+    return rules
 
 
 def _frame():
@@ -37,7 +46,7 @@ def test_round_trip_with_provenance(tmp_path):
 
 
 def test_provenance_without_seeds_or_runtime():
-    meta = provenance("collect_errors", {})
+    meta = provenance("collect_concentration_errors", {})
     assert meta["base_seed"] is None and "run_seeds" not in meta and "runtime" not in meta
     with pytest.raises(TypeError):
         provenance("r", {}, 1)  # the seeds are keyword-only: a bare number cannot land in the wrong key
@@ -84,18 +93,18 @@ def test_parts_are_written_as_their_concatenation(tmp_path):
     assert read_provenance(tmp_path / "parts.parquet") == {"rule": "r", "seed": 1}
 
 
-def test_missing_file_names_the_rule_that_makes_it(tmp_path):
-    missing = tmp_path / "results" / "smoke" / "data" / "queries.parquet"
-    with pytest.raises(ResultFileError, match=r"no such result file; made by rule 'make_queries'; rebuild it with: "
-                                              r"snakemake --cores 2 --force results/smoke/data/queries\.parquet"):
+def test_missing_file_names_the_rule_that_makes_it(tmp_path, in_a_job):
+    missing = tmp_path / "results" / "smoke" / "affine_limit" / "queries.parquet"
+    with pytest.raises(ResultFileError, match=r"no such result file; made by rule 'make_affine_limit_queries'; rebuild it "
+                                              r"with: snakemake --cores 2 --force results/smoke/affine_limit/queries\.parquet"):
         read_parquet(missing)
     with pytest.raises(ResultFileError, match="no such result file") as err:
         read_provenance(tmp_path / "elsewhere.parquet")
     assert "made by rule" not in str(err.value)  # outside results/<run>/: no producer to name
 
 
-def test_corrupt_and_foreign_files_are_reported(tmp_path):
-    bad = tmp_path / "results" / "default" / "affine_limit" / "affine_limit.parquet"
+def test_corrupt_and_foreign_files_are_reported(tmp_path, in_a_job):
+    bad = tmp_path / "results" / "default" / "affine_limit" / "outputs.parquet"
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not parquet at all")
     with pytest.raises(ResultFileError, match="not a readable Parquet file.*made by rule 'simulate_affine_limit'"):
@@ -133,20 +142,16 @@ def test_inspect_errors_are_clear(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_every_parquet_output_of_the_workflow_has_a_producing_rule():
-    """parquet_io.PRODUCERS names, for every Parquet output of the rules (results/<run>/…), the rule that declares it."""
+def test_every_parquet_output_of_the_workflow_has_a_producing_rule(in_a_job):
+    """In a job, producing_rule names, for every Parquet output of the rules (results/<run>/…), the rule that declares it."""
     import re
 
-    from conftest import REPO
-
     checked = 0
-    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
-        text = smk.read_text()
-        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M):
-            block = re.search(r"^    output:\n((?:        .*\n|\s*\n)*)", body, flags=re.M)
-            outputs = block.group(1) if block else ""
-            for path in re.findall(r'results\("([^"]+\.parquet)"\)', outputs):
-                concrete = "results/default/" + re.sub(r"\{[^}]+\}", "0", path)
-                assert parquet_io.producing_rule(concrete) == rule, (path, rule)
+    for rule in in_a_job.values():
+        for path in rule.outputs:
+            if path.startswith("results/") and path.endswith(".parquet"):
+                concrete = re.sub(r"\{[^}]+\}", "0", path)
+                assert parquet_io.producing_rule(concrete) == rule.name, (path, rule.name)
+                assert parquet_io.producing_rule("/elsewhere/" + concrete.replace("/default/", "/smoke/", 1)) == rule.name
                 checked += 1
-    assert checked >= 18
+    assert checked >= 25

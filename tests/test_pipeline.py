@@ -1,21 +1,25 @@
 """The Snakemake pipeline end to end on the smoke config, as a new user meets it (README).
 
-One smoke run (module fixture) in a copy of the repository, then: the default profile is loaded, named
+One smoke run (session fixture) in a copy of the repository, then: the default profile is loaded, named
 runs leave each other alone, no-op reruns, reruns that follow config values, code and nothing else,
 readable rerun reasons, one-line errors for corrupt inputs, tidy tables, bit-identical data, provenance,
-lint and formatting.
+lint and formatting. The smoke run is shared: tests read it, and a test that edits files or results works in
+its own copy (helpers.copy_repo with ``source``); config overlays are written outside it.
 """
 import hashlib
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from conftest import SMOKE, copy_repo, run, snakemake_cmd
+from helpers import SMOKE, copy_repo, run, snakemake_cmd, workflow_rules
 
 pytestmark = pytest.mark.pipeline
 
@@ -57,6 +61,9 @@ def test_smoke_dag_runs_end_to_end_into_its_own_run(smoke_run):
         assert log.read_text().strip(), f"{log} is empty"
     assert "done in" in (work / "logs" / "smoke" / "affine_limit" / "simulate_affine_limit.log").read_text()
     assert {p.name for p in (work / "results").iterdir() if not p.name.startswith(".")} == {"smoke"}
+    assert {p.name for p in (work / "benchmarks").iterdir()} == {"smoke"}  # each run keeps its own job costs
+    assert (work / "benchmarks" / "smoke" / "simulate_affine_limit.tsv").is_file()
+    assert not (work / "results" / "smoke" / "checkpoints").exists() or not any((work / "results" / "smoke" / "checkpoints").rglob("*.pt"))
 
 
 def test_the_default_profile_is_loaded(smoke_run):
@@ -77,26 +84,29 @@ def test_noop_rerun_has_nothing_to_do(smoke_run):
     assert job_counts(dry_run(work)) == {}
 
 
-def _changed_config(work, path, value) -> str:
+def _changed_config(work, folder, path, value) -> str:
+    """The smoke config with one value changed, written in ``folder`` (outside the shared checkout)."""
     with open(work / SMOKE) as fh:
         smoke = yaml.safe_load(fh)
     node = smoke
     for key in path[:-1]:
         node = node.setdefault(key, {})
     node[path[-1]] = value
-    target = work / "overlays" / f"changed_{'_'.join(path)}.yaml"
-    target.parent.mkdir(exist_ok=True)
+    target = folder / f"changed_{'_'.join(path)}.yaml"
     target.write_text(yaml.safe_dump(smoke))
-    return str(target.relative_to(work))
+    return str(target)
 
 
 RATE_FIGURES = {"plot_output_concentration", "plot_gradient_concentration", "plot_rate_exponent"}
 TRAINING = {"train", "summarize_training", "plot_training_vs_prompt_length", "plot_trajectory_transfer"}
 CHANGES = [
     (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "all"}),
-    (("affine_limit", "ray", "n_points"), 7, {"make_queries", "simulate_affine_limit", "plot_affine_limit", "all"}),
-    (("bounds", "n_bootstrap"), 60, {"estimate_rates", *RATE_FIGURES, "all"}),
-    (("bounds", "fixed_query", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bounds", "plot_fixed_query_bound", "all"}),
+    (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", "all"}),
+    (("concentration", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "all"}),
+    (("concentration", "n_repetitions"), 300, {"simulate_concentration_errors", "collect_concentration_errors",
+                                               "estimate_concentration_rates", *RATE_FIGURES, "all"}),
+    (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", "all"}),
+    (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "all"}),  # the deprecated section
     (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "all"}),
     (("train", "lr"), 0.2, {*TRAINING, "all"}),
     (("train", "horizon"), 5, {"full_model_flow", *TRAINING, "all"}),
@@ -108,97 +118,125 @@ CHANGES = [
 
 
 @pytest.mark.parametrize("path, value, expected", CHANGES, ids=[".".join(c[0]) for c in CHANGES])
-def test_changed_config_value_reruns_exactly_the_affected_jobs(smoke_run, path, value, expected):
+def test_changed_config_value_reruns_exactly_the_affected_jobs(smoke_run, tmp_path, path, value, expected):
     work, _, _ = smoke_run
-    assert set(job_counts(dry_run(work, config=_changed_config(work, path, value)))) == expected
+    assert set(job_counts(dry_run(work, config=_changed_config(work, tmp_path, path, value)))) == expected
 
 
-def test_rerun_reasons_name_the_changed_key(smoke_run):
+def test_rerun_reasons_name_the_changed_key(smoke_run, tmp_path):
     work, _, _ = smoke_run
     with open(work / SMOKE) as fh:
         lr = yaml.safe_load(fh)["train"]["lr"]
-    output = dry_run(work, config=_changed_config(work, ("train", "lr"), 0.2))
+    output = dry_run(work, config=_changed_config(work, tmp_path, ("train", "lr"), 0.2))
     assert f"before: train.lr={lr!r}" in output and "now: train.lr=0.2" in output
 
 
-def test_adding_a_prompt_length_trains_only_the_new_length(smoke_run):
+def test_adding_a_prompt_length_trains_only_the_new_length(smoke_run, tmp_path):
     work, _, _ = smoke_run
     with open(work / SMOKE) as fh:
         lengths = yaml.safe_load(fh)["train"]["prompt_lengths"]
     new = sorted(lengths + [int(min(lengths)) + 1])
-    counts = job_counts(dry_run(work, config=_changed_config(work, ("train", "prompt_lengths"), new)))
+    counts = job_counts(dry_run(work, config=_changed_config(work, tmp_path, ("train", "prompt_lengths"), new)))
     assert counts["train"] == 1  # one job trains every run at the new L
-    assert "make_icl_test_set" not in counts and "simulate_errors" not in counts and "full_model_flow" not in counts
+    assert "make_icl_test_set" not in counts and "simulate_concentration_errors" not in counts and "full_model_flow" not in counts
 
 
-def test_editing_a_library_module_reruns_exactly_the_stages_that_import_it(smoke_run):
-    work, _, _ = smoke_run
-    module = work / "src" / "largeprompt" / "measures.py"
+@pytest.fixture
+def edited_copy(smoke_run, tmp_path):
+    """A private copy of the built smoke run (results, file times and Snakemake's records included), safe to edit."""
+    return copy_repo(tmp_path / "repo", source=smoke_run[0])
+
+
+def test_editing_a_library_module_reruns_exactly_the_stages_that_use_it(edited_copy):
+    work = edited_copy
+    module = work / "src" / "largeprompt" / "maths" / "measures.py"
     original = module.read_text()
-    module.write_text(original + "\n_AN_EDIT = 1\n")
-    try:
-        output = dry_run(work)
-    finally:
-        module.write_text(original)
+    # a statement that runs at import: it counts wherever any definition of the module is reached
+    module.write_text(original + "\npass\n")
+    output = dry_run(work)
     # Snakemake names one reason per job: a job whose inputs are rebuilt too is listed under those
     direct = reason_rules(output, "params have changed since last execution")
-    assert {"simulate_affine_limit", "simulate_errors", "simulate_fixed_query_bounds", "full_model_flow",
+    assert {"simulate_affine_limit", "simulate_concentration_errors", "simulate_fixed_query_bound", "full_model_flow",
             "make_icl_test_set"} <= direct
     assert {"train", "train_transfer", "bayes_risk", "summarize_training", "trajectory_gap"} <= set(job_counts(output))
-    assert "make_queries" not in job_counts(output) and not any(r.startswith("plot_") for r in direct)
-    assert "code:largeprompt/measures.py=" in output  # the reason names the module
+    assert "make_affine_limit_queries" not in job_counts(output) and not any(r.startswith("plot_") for r in direct)
+    assert "code:largeprompt/maths/measures.py=" in output  # the reason names the module
+    module.write_text(original)
     assert job_counts(dry_run(work)) == {}  # same code again: nothing to do
 
 
-def test_editing_only_comments_and_docstrings_reruns_nothing(smoke_run):
-    work, _, _ = smoke_run
-    module = work / "src" / "largeprompt" / "measures.py"
+def test_editing_only_comments_and_docstrings_reruns_nothing(edited_copy):
+    work = edited_copy
+    module = work / "src" / "largeprompt" / "maths" / "measures.py"
     original = module.read_text()
     module.write_text('"""A reworded module docstring."""\n' + original.split('"""', 2)[2] + "\n# a comment\n")
-    try:
-        assert job_counts(dry_run(work)) == {}
-    finally:
-        module.write_text(original)
-
-
-def test_editing_a_plotting_module_redraws_only_its_figure(smoke_run):
-    work, _, _ = smoke_run
-    module = work / "src" / "largeprompt" / "plots" / "affine_limit.py"
-    original = module.read_text()
-    module.write_text(original + "\nLINE_WIDTH = 1.5  # a style edit\n")
-    try:
-        assert set(job_counts(dry_run(work))) == {"plot_affine_limit", "all"}
-    finally:
-        module.write_text(original)  # the same code again: nothing to redraw
     assert job_counts(dry_run(work)) == {}
 
 
+def test_editing_a_plotting_module_redraws_only_its_figure(edited_copy):
+    work = edited_copy
+    module = work / "src" / "largeprompt" / "plots" / "affine_limit.py"
+    original = module.read_text()
+    assert original.count("pad = 0.35 * (hi - lo)") == 1
+    module.write_text(original.replace("pad = 0.35 * (hi - lo)", "pad = 0.4 * (hi - lo)"))  # a style edit
+    assert set(job_counts(dry_run(work))) == {"plot_affine_limit", "all"}
+    module.write_text(original)  # the same code again: nothing to redraw
+    assert job_counts(dry_run(work)) == {}
+
+
+@pytest.mark.slow  # two Snakemake runs in a fresh copy: 10-20 s
 def test_a_corrupt_input_fails_with_one_line_naming_file_rule_and_command(tmp_path):
     """In its own copy: a failed job's outputs are deleted, and the session's smoke run must stay whole."""
     work = copy_repo(tmp_path / "repo")
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-    run(snakemake_cmd("results/smoke/data/icl_test.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work)
-    victim = work / "results" / "smoke" / "data" / "icl_test.parquet"
+    run(snakemake_cmd("results/smoke/icl/test_set.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work)
+    victim = work / "results" / "smoke" / "icl" / "test_set.parquet"
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
-    proc = run(snakemake_cmd("results/smoke/data/bayes_risk.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work,
+    proc = run(snakemake_cmd("results/smoke/icl/bayes_risk.parquet", "--cores", "1", "--configfile", SMOKE), cwd=work,
                check=False)
     assert proc.returncode != 0
-    line = next(x for x in proc.stderr.splitlines() if x.startswith("error: results/smoke/data/icl_test.parquet"))
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("error: results/smoke/icl/test_set.parquet"))
     assert "made by rule 'make_icl_test_set'" in line
-    assert "snakemake --cores 2 --force results/smoke/data/icl_test.parquet --configfile config/smoke.yaml" in line
+    assert "snakemake --cores 2 --force results/smoke/icl/test_set.parquet --configfile config/smoke.yaml" in line
     inspect = run([sys.executable, "-m", "largeprompt.cli", "inspect", str(victim.relative_to(work))], cwd=work,
                   check=False)
     assert inspect.returncode == 2 and "make_icl_test_set" in inspect.stderr and "--force" in inspect.stderr
 
 
+RATE_TABLE_KEYS = {  # docs/architecture.md#tables: what one row of each rate table is
+    "exponents": ["measure", "metric", "c", "statistic"],
+    "local_exponents": ["measure", "metric", "c", "statistic", "prompt_length"],
+    "error_statistics": ["measure", "metric", "c", "statistic", "prompt_length"],
+    "rate_guides": ["measure", "metric", "c", "statistic", "prompt_length"],
+    "asymptotic_constants": ["measure", "metric", "c"],
+    "paper_form_fits": ["measure", "metric"],
+    "exponent_curves": ["curve", "measure", "metric", "c"],
+}
+
+
 def test_tables_are_tidy(smoke_run):
-    """One kind of row per file: a glob over every trajectory file reads as one table with integer keys."""
+    """One kind of row per file: a glob over every trajectory file reads as one table with integer keys, and the
+    weights as one list column."""
     work, _, _ = smoke_run
-    trajectories = ds.dataset(work / "results" / "smoke" / "train", format="parquet").to_table().to_pandas()
+    files = sorted(str(p) for p in (work / "results" / "smoke" / "train").glob("L*.parquet"))
+    assert len(files) == 2  # smoke trains at two prompt lengths
+    table = ds.dataset(files, format="parquet").to_table()
+    trajectories = table.to_pandas()
     assert str(trajectories["seed"].dtype) == "int64" and str(trajectories["step"].dtype) == "int64"
-    runs = ds.dataset(work / "results" / "smoke" / "summary" / "training_runs.parquet").to_table().to_pandas()
+    assert pa.types.is_list(table.schema.field("theta").type) and not any(c.startswith("theta_") for c in trajectories)
+    assert trajectories["theta"].map(len).eq(3 * 6 * 6 + 6).all()  # Q, K, V (D × D), O (1 × D), D = d + 1 = 6
+    runs = ds.dataset(work / "results" / "smoke" / "train" / "training_runs.parquet").to_table().to_pandas()
     assert "kind" not in runs and runs.groupby(["model", "prompt_length", "seed", "stream"]).size().eq(1).all()
     assert set(runs["status"]) <= {"ok", "trapped", "diverged"}
+    # the rate tables: one file per kind of row (docs/architecture.md#tables), unique on its keys, no "quantity" column
+    made = {Path(f).stem for f in workflow_rules()["estimate_concentration_rates"].outputs}
+    assert made == set(RATE_TABLE_KEYS)
+    for name, keys in RATE_TABLE_KEYS.items():
+        table = pd.read_parquet(work / "results" / "smoke" / "concentration" / f"{name}.parquet")
+        assert len(table) and "quantity" not in table and set(keys) <= set(table.columns), name
+        assert not table.duplicated(keys).any(), name
+        if "prompt_length" in keys:
+            assert pd.api.types.is_integer_dtype(table["prompt_length"]), name
 
 
 def test_progress_bars_count_steps(smoke_run):
@@ -215,7 +253,7 @@ def test_provenance_round_trips_through_inspect(smoke_run):
     work, _, _ = smoke_run
     with open(work / SMOKE) as fh:
         n_prompts = yaml.safe_load(fh)["affine_limit"]["n_prompts"]
-    proc = run([sys.executable, "-m", "largeprompt.cli", "inspect", "results/smoke/affine_limit/affine_limit.parquet"],
+    proc = run([sys.executable, "-m", "largeprompt.cli", "inspect", "results/smoke/affine_limit/outputs.parquet"],
                cwd=work)
     assert '"rule": "simulate_affine_limit"' in proc.stdout
     assert f'"n_prompts": {n_prompts}' in proc.stdout
@@ -230,17 +268,12 @@ def _digests(work):
 
 
 @pytest.mark.slow
-def test_rerun_gives_bit_identical_parquet(smoke_run):
-    work, _, _ = smoke_run
-    before = _digests(work)
+def test_rerun_gives_bit_identical_parquet(smoke_run, edited_copy):
+    before = _digests(smoke_run[0])
     assert before
-    moved = work.parent / "results_first_run"
-    shutil.copytree(work / "results", moved)
-    shutil.rmtree(work / "results")
-    run(snakemake_cmd("--cores", "2", *before.keys(), "--configfile", SMOKE), cwd=work, timeout=900)
-    assert _digests(work) == before
-    shutil.rmtree(work / "results")  # leave the tree as the fixture made it (figures depend on mtimes)
-    shutil.move(moved, work / "results")
+    shutil.rmtree(edited_copy / "results")  # in a copy: the shared smoke run keeps its results
+    run(snakemake_cmd("--cores", "2", *before.keys(), "--configfile", SMOKE), cwd=edited_copy, timeout=900)
+    assert _digests(edited_copy) == before
 
 
 def test_lint_and_format_are_clean(smoke_run):
@@ -252,8 +285,9 @@ def test_lint_and_format_are_clean(smoke_run):
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
-def test_html_report_builds(smoke_run):
+def test_html_report_builds(smoke_run, tmp_path):
     work, _, _ = smoke_run
-    run(snakemake_cmd("--configfile", SMOKE, "--report", "report.html"), cwd=work)
-    html = (work / "report.html").read_text(errors="replace")
+    report = tmp_path / "report.html"  # outside the shared checkout
+    run(snakemake_cmd("--configfile", SMOKE, "--report", str(report)), cwd=work)
+    html = report.read_text(errors="replace")
     assert len(html) > 10_000 and "affine_limit" in html

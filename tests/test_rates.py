@@ -1,5 +1,7 @@
 """Rate fits (docs/theory.md#random-query-rate): estimators on exact power laws (rounding bounds from eps), and
 the c ≤ 0.25 exponent from the real stage code (statistical margins)."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -108,14 +110,18 @@ def rate_outputs(folder):
     return {name: str(folder / f"{name}.parquet") for name in TABLES}
 
 
+def _simulate(folder, c_values, measure="gaussian"):
+    """One simulate_concentration_errors job (one measure, every c on the same draws); its error file."""
+    path = folder / f"{measure}.parquet"
+    simulate_concentration_errors({}, {"errors": str(path)}, dict(seed=5, dtype="float64", measure=measure,
+                                                                  concentration=dict(SWEEP, c_values=list(c_values))),
+                                  runtime=CPU)
+    return str(path)
+
+
 def _sweep(tmp_path, c_values, measure="gaussian", n_bootstrap=100, paper_form_min_c=0.25):
     """The three concentration stages on ``c_values``: the rate tables by name and the error files."""
-    jobs = []
-    for c in c_values:
-        path = tmp_path / f"{measure}_c{c:g}.parquet"
-        simulate_concentration_errors({}, {"errors": str(path)}, dict(seed=5, dtype="float64", measure=measure, c=c,
-                                                                      concentration=SWEEP), runtime=CPU)
-        jobs.append(str(path))
+    jobs = [_simulate(tmp_path, c_values, measure)]
     out = {"output_errors": str(tmp_path / "o.parquet"), "gradient_errors": str(tmp_path / "g.parquet")}
     collect_concentration_errors({"jobs": jobs}, out, dict(seed=5))
     estimate_concentration_rates(out, rate_outputs(tmp_path), dict(seed=5, concentration=dict(
@@ -143,8 +149,9 @@ def test_small_tilt_mean_error_exponent_is_one(tmp_path):
     # Same config and seed give bit-identical data.
     again = tmp_path / "again"
     again.mkdir()
-    _, jobs2 = _sweep(again, [0.1])
-    pd.testing.assert_frame_equal(pd.read_parquet(jobs[0]), pd.read_parquet(jobs2[0]))
+    rerun = _simulate(again, [0.1, 0.25])
+    pd.testing.assert_frame_equal(pd.read_parquet(jobs[0]), pd.read_parquet(rerun), check_exact=True)
+    assert Path(rerun).read_bytes() == Path(jobs[0]).read_bytes()
 
 
 def test_bounded_tokens_keep_rate_one_at_large_tilt(tmp_path):

@@ -3,7 +3,7 @@ anchor of docs/theory.md or docs/experiments.md cited in a shipped file exists."
 import re
 import subprocess
 
-from conftest import REPO
+from helpers import REPO
 
 # Labels of the team's notes and a path to them (first letters bracketed so that a grep for the labels finds none here).
 PRIVATE = re.compile(r"\b[S]PEC\b|\b[T]HEORY\b|\bF[1-9]\b|§[A-Z]|[.][.]/shared")

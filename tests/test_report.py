@@ -6,8 +6,9 @@ reference to the team's private notes; the landing page embeds every figure as a
 order of the results, each followed by its caption.
 
 With the pipeline (marked ``pipeline``; skipped only where no Chromium is installed): the smoke run's
-report is opened in headless Chromium. Without any click, the figures are laid out at full width from
-the top of the page, each image decoded, the captions readable, and a screenshot shows the figures.
+report is opened in headless Chromium and its DOM read: every figure is there, in result order, its image
+embedded and decoded by the browser (naturalWidth > 0), each with its readable caption, and the rule graph
+below them. Layout and pixels are the browser's business and are not asserted.
 """
 import json
 import os
@@ -18,15 +19,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import yaml
 from docutils.core import publish_parts
 from jinja2 import Environment, StrictUndefined
-from PIL import Image, ImageFilter
 from snakemake.utils import validate
 
-from conftest import REPO, run, snakemake_cmd
+from helpers import REPO, SMOKE, run, snakemake_cmd
 from largeprompt.io.config import check_config
 from largeprompt.report import data_uri, landing_page
 
@@ -35,9 +34,9 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIGS = [None, "smoke.yaml", "paper.yaml"]
 CAPTIONS = sorted(p for p in REPORT.glob("*.rst") if p.name != "workflow.rst")
 ORDER = ["affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
-         "trajectory_transfer", "balanced_flow", "training_vs_prompt_length"]
+         "trajectory_transfer", "balanced_flow", "training_vs_prompt_length", "init_dependence"]
 CATEGORY = {"affine_limit": "R1 affine limit", "balanced_flow": "R5 balanced flow", "training_vs_prompt_length": "R6 training",
-            "trajectory_transfer": "R4 trajectory transfer"}
+            "init_dependence": "R6 training", "trajectory_transfer": "R4 trajectory transfer"}
 # Labels of the team's notes, not of the paper (first letters bracketed so that a grep for those labels finds none here).
 PRIVATE = re.compile(r"\b[S]PEC\b|\b[T]HEORY\b|\bF[1-9]\b|§[A-Z]")
 RAW_MATH = re.compile(r"[_^]\{|\\[A-Za-z]+|\{\{|\$|(?<![A-Za-z])[A-Za-zα-ωΑ-Ω]_[A-Za-z0-9]")  # T_{μ_L}, \sigma, z_q
@@ -152,89 +151,63 @@ def test_landing_page_embeds_every_figure_with_its_caption_in_result_order(tmp_p
 
 # --- the smoke run's report in a real browser -------------------------------------------------------------
 
-PROBE = """<!doctype html><html><head><meta charset="utf-8">
-<style>body {{ margin: 0 }} iframe {{ border: 0; width: {w}px; height: {h}px; display: block }}</style></head>
-<body><iframe id="report" src="{src}"></iframe><pre id="layout">pending</pre><script>
-function measure() {{
-  const doc = document.getElementById("report").contentDocument, root = doc.documentElement;
-  const box = (el) => {{ const r = el.getBoundingClientRect(); return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }};
-  const images = Array.from(doc.querySelectorAll(".lp-figure img")).map((img) => Object.assign(box(img),
-    {{name: img.alt.replace("figure ", ""), natural: img.naturalWidth,
-     embedded: img.src.startsWith("data:image/png;base64,")}}));
-  const captions = Array.from(doc.querySelectorAll(".lp-caption")).map((c) => c.innerText);
-  document.getElementById("layout").textContent = JSON.stringify({{viewport: [root.clientWidth, root.clientHeight],
-    images: images, captions: captions, rulegraph: doc.querySelectorAll("#rulegraph svg, #rulegraph canvas").length}});
+# The report in an iframe; once it has loaded (and its scripts have run), what it holds is written into the probe
+# page's DOM, which Chromium dumps: per figure, its name, whether its image is embedded and decoded, its caption.
+PROBE = """<!doctype html><html><head><meta charset="utf-8"></head>
+<body><iframe id="report" src="{src}" style="width: 1400px; height: 3000px"></iframe><pre id="dom">pending</pre><script>
+function read() {{
+  const doc = document.getElementById("report").contentDocument;
+  const figures = Array.from(doc.querySelectorAll(".lp-figure")).map((fig) => {{
+    const img = fig.querySelector("img"), caption = fig.querySelector(".lp-caption");
+    return {{name: img ? img.alt.replace("figure ", "") : null, complete: img ? img.complete : false,
+            natural: img ? img.naturalWidth : 0, embedded: img ? img.src.startsWith("data:image/png;base64,") : false,
+            caption: caption ? caption.innerText.trim() : null}};
+  }});
+  document.getElementById("dom").textContent = JSON.stringify({{figures: figures,
+    rulegraph: doc.querySelectorAll("#rulegraph svg, #rulegraph canvas").length}});
 }}
-document.getElementById("report").addEventListener("load", () => setTimeout(measure, 3000));
+document.getElementById("report").addEventListener("load", () => setTimeout(read, 3000));
 </script></body></html>"""
-WINDOW = (1400, 3000)
 
 
 def chromium(*args, cwd):
     profile = Path(cwd) / "chromium-profile"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}", *args]
+           f"--user-data-dir={profile}", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=180, check=True).stdout
 
 
 @pytest.fixture(scope="module")
-def report(smoke_run):
-    """The smoke run's report.html, its layout as the browser draws it, and a screenshot of it."""
+def report_dom(smoke_run, tmp_path_factory):
+    """The smoke run's report.html (written outside the shared checkout) as the browser builds its DOM."""
     if not CHROMIUM:
         pytest.skip(NO_CHROMIUM)
     work = smoke_run[0]
-    run(snakemake_cmd("--report", "report.html", "--configfile", "config/smoke.yaml"), cwd=work, timeout=600)
-    html = work / "report.html"
-    probe = work.parent / "probe.html"
-    probe.write_text(PROBE.format(w=WINDOW[0], h=WINDOW[1], src=html.as_uri()))
-    dom = chromium("--allow-file-access-from-files", "--virtual-time-budget=20000", "--dump-dom", probe.as_uri(),
-                   cwd=work.parent)
-    layout = json.loads(re.search(r'<pre id="layout">(.*?)</pre>', dom, flags=re.S).group(1))
-    screenshot = work.parent / "landing_page.png"
-    chromium(f"--screenshot={screenshot}", html.as_uri(), cwd=work.parent)  # real time, as a reader opens it
-    print(f"landing page screenshot: {screenshot}")
-    return SimpleNamespace(work=work, layout=layout, screenshot=screenshot)
+    folder = tmp_path_factory.mktemp("report")
+    html = folder / "report.html"
+    run(snakemake_cmd("--report", str(html), "--configfile", SMOKE), cwd=work, timeout=600)
+    probe = folder / "probe.html"
+    probe.write_text(PROBE.format(src=html.as_uri()))
+    dom = chromium("--allow-file-access-from-files", "--virtual-time-budget=20000", "--dump-dom", probe.as_uri(), cwd=folder)
+    return json.loads(re.search(r'<pre id="dom">(.*?)</pre>', dom, flags=re.S).group(1))
 
 
 @pytest.mark.pipeline
-def test_landing_page_shows_every_figure_without_a_click(report):
-    layout = report.layout
-    assert layout["viewport"] == list(WINDOW)
-    assert [im["name"] for im in layout["images"]] == ORDER
-    for im in layout["images"]:
-        assert im["embedded"] and im["natural"] > 0, im  # a data URI, decoded by the browser
-        assert im["w"] >= 0.6 * WINDOW[0], im  # full width, not a thumbnail
-    first = layout["images"][0]
-    assert 0 <= first["y"] < 600, "the page does not open on its first figure"
-    assert sum(im["y"] + im["h"] <= WINDOW[1] for im in layout["images"]) >= 3
-    assert layout["rulegraph"] >= 1  # the rule graph is still there, below the figures
+def test_landing_page_shows_every_figure_loaded(report_dom):
+    figures = report_dom["figures"]
+    assert [f["name"] for f in figures] == ORDER  # every figure of the run, in result order, nothing else
+    for f in figures:
+        assert f["embedded"], f  # a data URI: the single HTML file carries its figures
+        assert f["complete"] and f["natural"] > 0, f  # decoded by the browser, not a broken image
+    assert report_dom["rulegraph"] >= 1  # the rule graph is still there, below the figures
 
 
 @pytest.mark.pipeline
-def test_landing_page_captions_are_readable(report):
-    captions = report.layout["captions"]
-    assert len(captions) == len(ORDER)
-    for name, text in zip(ORDER, captions):
+def test_landing_page_captions_are_readable(report_dom):
+    for name, f in zip(ORDER, report_dom["figures"]):
+        text = f["caption"]
+        assert text, f"{name} has no caption"
         assert text.startswith("R") and f"docs/experiments.md#{name}" in text, text[:200]
         assert not RAW_MATH.search(text), f"{name}: {RAW_MATH.search(text).group()!r}"
         assert not PRIVATE.search(text), f"{name}: {PRIVATE.search(text).group()!r}"
-
-
-@pytest.mark.pipeline
-def test_screenshot_shows_the_figures(report):
-    """Each figure that fits in the window is in the screenshot where the browser laid it out.
-
-    Both images are blurred (radius 2 px) before correlating, so that sub-pixel placement and resampling
-    do not matter; a figure drawn in place correlates above 0.99, a blank or different region near 0.
-    """
-    shot = Image.open(report.screenshot).convert("L")
-    assert shot.size == WINDOW
-    visible = [im for im in report.layout["images"] if im["y"] + im["h"] <= WINDOW[1]]
-    for im in visible:
-        box = tuple(round(v) for v in (im["x"], im["y"], im["x"] + im["w"], im["y"] + im["h"]))
-        figure = Image.open(report.work / "figures" / "smoke" / f"{im['name']}.png").convert("L")
-        expected = figure.resize((box[2] - box[0], box[3] - box[1]), Image.LANCZOS)
-        a, b = (np.asarray(x.filter(ImageFilter.GaussianBlur(2)), dtype=float).ravel() for x in (shot.crop(box), expected))
-        correlation = np.corrcoef(a, b)[0, 1] if a.std() > 0 else 0.0
-        assert correlation > 0.8, f"{im['name']} not visible in {report.screenshot} (correlation {correlation:.3f})"

@@ -5,8 +5,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from largeprompt.icl.fit import TrainSettings, schedules
 from largeprompt.icl.schedules import constant_schedule, estimated_steps, flow_sharpness_schedule, stability_margin, step_sizes
+from largeprompt.icl.training import run_specs
 from largeprompt.io.parquet_io import write_parquet
+from largeprompt.stages import train
+from largeprompt.stages.make_icl_test_set import make_icl_test_set
+from largeprompt.stages.train import load_flows
 from tolerance import gamma, sum_tolerance
 
 HORIZON = 4.0
@@ -148,17 +153,15 @@ def write_flow(path, seed, times, sharpness, determinant=1.0):
 
 def test_train_stage_warns_about_an_unstable_constant_lr(tmp_path, capsys):
     """The train stage names the config key 'train.lr' when a constant lr crosses 2/λ of a run's flow."""
-    from largeprompt.stages import icl_data, train
-
     icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1, "n_test": 8}
-    icl_data.make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"}, {"seed": 1, "icl": icl, "max_prompt_length": 6})
+    make_icl_test_set({}, {"test_set": tmp_path / "t.parquet"}, {"seed": 1, "icl": icl, "max_prompt_length": 6})
     times = np.linspace(0.0, 1.0, 11)
     write_flow(tmp_path / "f0.parquet", 0, times, 1.0 + 20.0 * times)  # 0.25·21 = 5.25 ≥ 2
     run = {"models": ["softmax"], "seeds": [0], "replicate_seeds": [], "batch_size": 4, "lr": 0.25,
            "step_size_rule": "constant", "stability_fraction": 0.8, "horizon": 1.0, "decay_start": 1.0, "decay_end": 1.0,
            "final_lr": 0.25, "n_log": 2,
            "divergence_threshold": 1e4, "fatal_divergence": False, "dtype": "float64"}
-    params = {"prompt_length": 6, "checkpoint": str(tmp_path / "ck.pt"), "seed": 1, "icl": icl, "train": run}
+    params = {"prompt_length": 6, "seed": 1, "icl": icl, "train": run}
     inputs = {"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "f0.parquet"]}
     train.train(inputs, {"trajectories": tmp_path / "a.parquet"}, params)
     out = capsys.readouterr().out
@@ -171,10 +174,6 @@ def test_train_stage_warns_about_an_unstable_constant_lr(tmp_path, capsys):
 def test_a_drifting_run_stops_at_the_step_count_of_the_longest_other_run(tmp_path):
     """Seed 0's flow drifts (its sharpness grows 50-fold): its own stable schedule is cut at the step count of seed 1,
     whose flow converges (docs/experiments.md#drifting-runs); both stay stable for their own flows."""
-    from largeprompt.icl.training import run_specs
-    from largeprompt.icl.fit import TrainSettings, schedules
-    from largeprompt.stages.train import load_flows
-
     times = np.linspace(0.0, 10.0, 101)
     write_flow(tmp_path / "f0.parquet", 0, times, 1.0 + 5.0 * times, determinant=-0.3)
     write_flow(tmp_path / "f1.parquet", 1, times, np.full_like(times, 2.0), determinant=0.9)

@@ -2,8 +2,9 @@
 
 `workflow/cluster/start-slurm.sh` starts munged, MariaDB, slurmdbd, slurmctld and slurmd on this
 machine; the smoke DAG then runs with `--workflow-profile` of the SLURM profile in one copy of the
-repository and with `--cores 2` in another. Checked: every job went through sbatch, with its rule's
-threads, mem_mb and runtime as the job's CPUs, memory and time limit (sacct); every Parquet table
+repository and with `--cores 2` in another. Checked: every job of a rule not declared local (figures and
+summaries are) went through sbatch, with its rule's threads, mem_mb and runtime as the job's CPUs, memory
+and time limit (sacct); every Parquet table
 equals the local run's (provenance metadata aside); a training job that fails inside SLURM is
 reported with its rule, SLURM job id and log, and the rerun resumes from its checkpoint.
 
@@ -23,17 +24,17 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, run, snakemake_cmd
+from helpers import REPO, SMOKE, copy_repo, run, snakemake_cmd, workflow_rules
 
-pytestmark = pytest.mark.slurm
-SMOKE = "config/smoke.yaml"
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER_DIR = Path(os.environ.get("LARGEPROMPT_SLURM_DIR", "/tmp/largeprompt-slurm"))
 SLURM_CONF = CLUSTER_DIR / "etc" / "slurm.conf"
 START, STOP = REPO / "workflow" / "cluster" / "start-slurm.sh", REPO / "workflow" / "cluster" / "stop-slurm.sh"
 DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/slurmdbd", "/usr/sbin/munged", "/usr/sbin/mariadbd")
 HOW = "run it as root on Debian with apt reachable, as CI does (`.ci/run`), e.g. `sudo .venv/bin/python -m pytest -m slurm tests/test_slurm.py`"
-# Same on both sides: one rule with 2 threads (if the node has 2 CPUs), so the CPU mapping is not only 1 -> 1.
-THREADS = ("--set-threads", f"make_queries={min(2, os.cpu_count() or 1)}")
+# Same on both sides: one cluster rule with 2 threads (if the node has 2 CPUs), so the CPU mapping is not only 1 -> 1.
+THREADED = "make_icl_test_set"
+THREADS = ("--set-threads", f"{THREADED}={min(2, os.cpu_count() or 1)}")
 # Poll the cluster every few seconds instead of the plugin's 40 s default; keep every job's log.
 POLL = ("--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs")
 
@@ -143,8 +144,11 @@ def test_every_job_went_through_sbatch_with_its_resources(smoke, cluster):
     _, _, output = smoke
     jobs = scheduled_jobs(output)
     run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
-    local_with_outputs = [j["rule"] for j in jobs.values() if j["local"] and j["outputs"]]
-    assert not local_with_outputs, f"jobs run outside SLURM: {local_with_outputs}"
+    declared_local = {name for name, rule in workflow_rules().items() if rule.local}
+    assert not workflow_rules()[THREADED].local
+    local_with_outputs = {j["rule"] for j in jobs.values() if j["local"] and j["outputs"]}
+    assert local_with_outputs <= declared_local, f"jobs run outside SLURM: {local_with_outputs - declared_local}"
+    assert not {j["rule"] for j in jobs.values() if not j["local"]} & declared_local, "a local rule went to SLURM"
     remote = {k: j for k, j in jobs.items() if not j["local"]}
     assert remote and all("slurm_id" in j for j in remote.values()), "a job was not submitted with sbatch"
     accounting = sacct([j["slurm_id"] for j in remote.values()], cluster)
@@ -157,7 +161,7 @@ def test_every_job_went_through_sbatch_with_its_resources(smoke, cluster):
         assert int(row["AllocCPUS"]) == j["threads"], (j, row)
         assert row["ReqMem"] == f"{j['resources']['mem_mb']}M", (j, row)
         assert minutes(row["Timelimit"]) == int(j["resources"]["runtime"]), (j, row)
-    assert any(j["threads"] == min(2, os.cpu_count() or 1) and j["rule"] == "make_queries" for j in remote.values())
+    assert any(j["threads"] == min(2, os.cpu_count() or 1) and j["rule"] == THREADED for j in remote.values())
 
 
 def _table(path: Path) -> tuple:
@@ -194,8 +198,9 @@ def _training_overlay(work: Path, fatal: bool) -> str:
     return name
 
 
-def test_failed_job_is_reported_and_the_rerun_resumes(smoke, cluster):
-    _, work, _ = smoke
+def test_failed_job_is_reported_and_the_rerun_resumes(smoke, cluster, tmp_path):
+    # In a copy of the SLURM run: its overlays retrain results/smoke/train/, which the module's run must keep.
+    work = copy_repo(tmp_path / "slurm", source=smoke[1])
     failing = _slurm_snakemake(
         work, cluster, "--until", "train", "--retries", "0", configfiles=(SMOKE, _training_overlay(work, fatal=True)), check=False
     )

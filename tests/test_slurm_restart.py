@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run
+from helpers import REPO, run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
