@@ -15,7 +15,7 @@ include: "workflow/rules/common.smk"
 import sys
 
 # The report's landing page shows every figure with its caption (src/largeprompt/report.py).
-from largeprompt.io.pipeline import PRODUCERS_ENV, producer_patterns, report_hint
+from largeprompt.io.pipeline import report_hint, share_producers
 from largeprompt.report import landing_page
 
 
@@ -47,9 +47,7 @@ if SHARE:
 
 # Which rule makes which result file, for the one-line message of a job that meets a missing or corrupt input
 # (largeprompt.io.parquet_io.producing_rule): derived from the rules above, passed to the jobs' environment.
-os.environ[PRODUCERS_ENV] = producer_patterns(
-    (r.name, [str(f) for f in r.output]) for r in workflow.rules
-)
+share_producers((r.name, [str(f) for f in r.output]) for r in workflow.rules)
 
 
 # Every figure and every result file: a plain `snakemake` rebuilds any missing one, whatever exists downstream.

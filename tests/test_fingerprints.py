@@ -42,11 +42,13 @@ def docs_table() -> dict[str, set[str]]:
 
 
 def changed_rules(work) -> set[str]:
-    """The rules Snakemake reruns because their params (the code fingerprints) changed, in a dry run of the smoke run."""
-    proc = run(snakemake_cmd("-n", "--configfile", "config/smoke.yaml"), cwd=work)
-    out = proc.stdout + proc.stderr
-    match = re.search(r"params have changed since last execution:\n\s+(.+)", out)
-    return set(match.group(1).split(", ")) if match else set()
+    """The rules whose params (the code fingerprints) changed since their files were made: Snakemake's
+    ``--summary`` status per output file (a dry run's reasons stop at "input files updated" for jobs downstream)."""
+    proc = run(snakemake_cmd("--summary", "--configfile", "config/smoke.yaml"), cwd=work)
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    header = rows[0]
+    rule, status = header.index("rule"), header.index("status")
+    return {row[rule] for row in rows[1:] if len(row) > status and row[status] == "params changed"}
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from helpers import workflow_rules
 from largeprompt.core.devices import resolve_device
 from largeprompt.io import parquet_io
 from largeprompt.io.parquet_io import PRODUCERS_ENV, ResultFileError, read_parquet, read_provenance, write_parquet
-from largeprompt.io.pipeline import Runtime, producer_patterns
+from largeprompt.io.pipeline import Runtime, producer_patterns, share_producers
 from largeprompt.io.provenance import provenance
 
 
@@ -117,8 +117,8 @@ def test_corrupt_and_foreign_files_are_reported(tmp_path, in_a_job):
         read_provenance(foreign)
 
 
-def _inspect(*args):
-    return subprocess.run([sys.executable, "-m", "largeprompt.cli", "inspect", *args], capture_output=True, text=True)
+def _inspect(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "largeprompt.cli", "inspect", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_inspect_prints_provenance_schema_and_rows(tmp_path):
@@ -131,13 +131,22 @@ def test_inspect_prints_provenance_schema_and_rows(tmp_path):
     assert "rows: 3" in out and "first 2 rows" in out
 
 
-@pytest.mark.slow
-def test_inspect_errors_are_clear(tmp_path):
-    proc = _inspect(str(tmp_path / "results/default/train/L10.parquet"))
-    assert proc.returncode == 2 and "no such result file" in proc.stderr and "made by rule 'train'" in proc.stderr
+def test_inspect_errors_are_clear(tmp_path, monkeypatch):
+    """Outside a checkout Snakemake has parsed, the message names the file and the command; in one, also the rule
+    (from .snakemake/largeprompt_producers.json, written by the Snakefile)."""
+    monkeypatch.setenv(PRODUCERS_ENV, "")  # not in a job; share_producers below sets it, the fixture restores it
+    missing = tmp_path / "results/default/train/L10.parquet"
+    proc = _inspect(str(missing), cwd=tmp_path)
+    assert proc.returncode == 2 and "no such result file" in proc.stderr, proc.stderr
+    assert "--force results/default/train/L10.parquet" in proc.stderr and "made by rule" not in proc.stderr
+    rules = workflow_rules()
+    share_producers(((r.name, list(r.outputs)) for r in rules.values()), workdir=tmp_path)
+    monkeypatch.setenv(PRODUCERS_ENV, "")  # the saved file alone
+    proc = _inspect(str(missing), cwd=tmp_path)
+    assert proc.returncode == 2 and "made by rule 'train'" in proc.stderr, proc.stderr
     corrupt = tmp_path / "c.parquet"
     corrupt.write_bytes(b"\x00garbage")
-    proc = _inspect(str(corrupt))
+    proc = _inspect(str(corrupt), cwd=tmp_path)
     assert proc.returncode == 2 and "not a readable Parquet file" in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -5,7 +5,7 @@ import os
 
 import largeprompt
 from largeprompt.io.config import ConfigError, check_config, migrate_deprecated
-from largeprompt.io.pipeline import code_params, settings
+from largeprompt.io.pipeline import code_params, output_cache_dir, settings
 from largeprompt.icl.schedules import estimated_runtime_minutes, estimated_steps
 
 LIBRARY = os.path.dirname(os.path.dirname(largeprompt.__file__))
@@ -33,10 +33,7 @@ ENV = "../envs/largeprompt.yaml"
 # Snakemake's between-workflow cache instead of recomputed. Without --cache, every job runs and Snakemake records
 # its wall time, CPU time and peak memory (benchmark:); it refuses both on one rule (a fetched job has no cost).
 SHARE = "omit-software" if workflow.workflow_settings.cache is not None else False
-os.environ.setdefault(
-    "SNAKEMAKE_OUTPUT_CACHE", os.path.join(workflow.basedir, ".snakemake-cache")
-)
-os.makedirs(os.environ["SNAKEMAKE_OUTPUT_CACHE"], exist_ok=True)
+output_cache_dir(workflow.basedir)
 RUN = config["run"]
 # Keys that cannot change a result: read by the job at run time and recorded in provenance.
 RUNTIME_KEYS = ("device", "threads_per_job", "train.checkpoint_every")

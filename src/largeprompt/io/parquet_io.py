@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 METADATA_KEY = b"largeprompt"
 PRODUCERS_ENV = "LARGEPROMPT_PRODUCERS"  # set by the Snakefile (largeprompt.io.pipeline.producer_patterns)
+PRODUCERS_FILE = Path(".snakemake") / "largeprompt_producers.json"  # the same, kept for `largeprompt inspect`
 
 RESULT_PATH = re.compile(r"(?:^|/)results/(?P<run>[^/]+)/(?P<rest>.+)$")
 
@@ -33,10 +34,23 @@ def producing_rule(path: str | os.PathLike) -> str | None:
     match = RESULT_PATH.search(Path(path).as_posix())
     if match is None:
         return None
-    for pattern, rule in json.loads(os.environ.get(PRODUCERS_ENV, "[]")):
+    for pattern, rule in json.loads(os.environ.get(PRODUCERS_ENV) or _saved_producers(Path(path))):
         if re.search(pattern, match["rest"]):
             return rule
     return None
+
+
+def _saved_producers(path: Path) -> str:
+    """The patterns the last Snakemake of the checkout holding ``path`` (or of the working directory) saved, or
+    "[]" outside any checkout that Snakemake has parsed."""
+    for folder in [*Path(os.path.abspath(path)).parents, Path.cwd()]:
+        saved = folder / PRODUCERS_FILE
+        if saved.is_file():
+            try:
+                return saved.read_text()
+            except OSError:
+                return "[]"
+    return "[]"
 
 
 def rebuild_command(path: str | os.PathLike) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from largeprompt.io.fingerprints import CODE_PREFIX, code_settings
-from largeprompt.io.parquet_io import PRODUCERS_ENV  # noqa: F401 (the Snakefile imports it from here)
+from largeprompt.io.parquet_io import PRODUCERS_ENV, PRODUCERS_FILE
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -157,6 +157,22 @@ def producer_patterns(rule_outputs) -> str:
     return json.dumps(patterns)
 
 
+def share_producers(rule_outputs, workdir: Path = Path(".")) -> None:
+    """Which rule makes which result file (:func:`producer_patterns`) for the jobs, through their environment, and
+    for ``largeprompt inspect``, in ``.snakemake/largeprompt_producers.json`` of the working directory (written
+    atomically; a read-only checkout keeps the environment only)."""
+    patterns = producer_patterns(rule_outputs)
+    os.environ[PRODUCERS_ENV] = patterns
+    saved = workdir / PRODUCERS_FILE
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        tmp = saved.with_name(f"{saved.name}.{os.getpid()}.tmp")
+        tmp.write_text(patterns)
+        os.replace(tmp, saved)
+    except OSError:
+        pass
+
+
 def report_hint(run: str, figures, root: Path = Path(".")) -> str | None:
     """For ``snakemake --report``: None when figures/<run>/ holds every figure, else a line naming the missing ones,
     the command that builds them and the runs whose figures exist (their config goes with --configfile)."""
@@ -171,3 +187,11 @@ def report_hint(run: str, figures, root: Path = Path(".")) -> str | None:
         hint += (f"; for another run, add its config file: `snakemake --report report.html --configfile config/<run>.yaml` "
                  f"(figures exist for: {', '.join(others)})")
     return hint
+
+
+def output_cache_dir(basedir: str | os.PathLike) -> Path:
+    """Snakemake's between-workflow cache (docs/architecture.md#sharing-results): ``$SNAKEMAKE_OUTPUT_CACHE``, set to
+    ``<basedir>/.snakemake-cache`` when unset, created if missing."""
+    path = Path(os.environ.setdefault("SNAKEMAKE_OUTPUT_CACHE", os.path.join(basedir, ".snakemake-cache")))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
