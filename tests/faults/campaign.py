@@ -126,9 +126,35 @@ def run_fault(ctx: Context, fault: Fault, n: int, rng: np.random.Generator, say)
     return result
 
 
+def run_faults(ctx: Context, faults: list[Fault], trials: int, seed: int, say=print, slurm_trials: int | None = None) -> list[FaultResult]:
+    """Run ``faults`` in the prepared context: K = ``trials`` per kill point, min(K, cap) for the others (for the
+    SLURM faults min(``slurm_trials``, cap) when given); the SLURM cluster is started at the first SLURM fault."""
+    results = []
+    for fault in faults:
+        k = slurm_trials if fault.group == "slurm" and slurm_trials is not None else trials
+        n = k if fault.cap is None else min(k, fault.cap)
+        rng = np.random.default_rng([seed, FAULTS.index(fault)])
+        if fault.group == "slurm" and ctx.cluster is None:
+            ctx.cluster = slurm.Cluster.start(ctx.ws, say)
+        results.append(run_fault(ctx, fault, n, rng, say))
+        say(results[-1].line())
+    return results
+
+
+def close(ctx: Context | None, say=print) -> None:
+    """Stop every Snakemake the campaign started that still runs, and the SLURM cluster if the campaign started it."""
+    if ctx is None:
+        return
+    ctx.ws.stop_all()
+    if ctx.cluster is not None:
+        if ctx.cluster.ws is not None:
+            ctx.cluster.ws.stop_all()
+        ctx.cluster.stop(say)
+
+
 def run_campaign(trials: int = 20, only: str | None = None, base: Path | None = None, seed: int | None = None,
-                 say=print, keep: bool = False) -> tuple[list[FaultResult], int, float]:
-    """Run the selected faults; (one result per fault, the seed, seconds taken)."""
+                 say=print, keep: bool = False, slurm_trials: int | None = None) -> tuple[list[FaultResult], int, float]:
+    """Run the selected faults in a new workspace under ``base``; (one result per fault, the seed, seconds taken)."""
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
     faults = select(only)
     say(f"fault-injection campaign: seed {seed}, {trials} trials per kill point, faults {[f.key for f in faults]}")
@@ -136,19 +162,13 @@ def run_campaign(trials: int = 20, only: str | None = None, base: Path | None = 
     start, ctx, results = time.monotonic(), None, []
     try:
         ctx = prepare(base, faults, say)
-        for fault in faults:
-            n = trials if fault.cap is None else min(trials, fault.cap)
-            rng = np.random.default_rng([seed, FAULTS.index(fault)])
-            if fault.group == "slurm":
-                ctx.cluster = ctx.cluster or slurm.Cluster.start(ctx.ws, say)
-            results.append(run_fault(ctx, fault, n, rng, say))
-            say(results[-1].line())
+        results = run_faults(ctx, faults, trials, seed, say, slurm_trials)
     finally:
-        if ctx is not None:
-            ctx.ws.stop_all()
-            if ctx.cluster is not None:
-                ctx.cluster.stop(say)
-        if not keep:
+        close(ctx, say)
+        if keep:
+            (base / "campaign.json").write_text(json.dumps([dict(vars(r), trials=[vars(t) for t in r.trials]) for r in results],
+                                                           indent=1, default=str))
+        else:
             shutil.rmtree(base, ignore_errors=True)
     return results, seed, time.monotonic() - start
 
@@ -162,6 +182,7 @@ def header(results: list[FaultResult], seed: int, seconds: float, trials: int) -
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20, help="trials per kill point (others: min(K, their cap))")
+    parser.add_argument("--slurm-trials", type=int, help="trials per SLURM fault (default: min(K, 3))")
     parser.add_argument("--only", help="comma-separated fault keys or groups (kill, local, slurm)")
     parser.add_argument("--seed", type=int, help="seed of the kill moments (default: fresh, printed)")
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite the table in {DOC.relative_to(REPO)}")
@@ -174,15 +195,12 @@ def main(argv=None) -> int:
             print(f"{f.key:32} {f.group:6} {f.title}")
         return 0
     say = lambda text: print(text, flush=True)  # noqa: E731
-    results, seed, seconds = run_campaign(args.trials, args.only, args.workdir, args.seed, say, args.keep)
+    results, seed, seconds = run_campaign(args.trials, args.only, args.workdir, args.seed, say, args.keep, args.slurm_trials)
     text = table(results, header(results, seed, seconds, args.trials))
     say("\n" + text)
     if args.write_docs:
         write_docs(DOC, text)
         say(f"table written to {DOC}")
-    if args.workdir:
-        (args.workdir / "campaign.json").write_text(json.dumps([r.__dict__ | {"trials": [t.__dict__ for t in r.trials]}
-                                                                for r in results], indent=1, default=str))
     return 0 if all(r.ok or r.skipped for r in results) else 1
 
 
