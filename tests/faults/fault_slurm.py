@@ -279,13 +279,15 @@ def _kill_slurmd(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Tria
 
 
 def _overtime(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:
-    trial.notes.append("time limit 1 min, training ~2-5 min")
+    trial.notes.append("time limit 1 min, training 40 000 steps per run (minutes)")
 
 
 def _slow_overlay(cluster: Cluster) -> str:
-    """Config overlay: the same run, one train job of ~60 000 constant steps (minutes), a checkpoint every 20."""
+    """Config overlay: the same run and horizon (so nothing upstream of train changes and only the train job is
+    submitted), constant steps of 1e-4: 40 000 steps per training run, minutes in all; a checkpoint every 1000."""
     name = "config/faults_slow.yaml"
-    (cluster.ws.root / name).write_text(yaml.safe_dump({"train": {"step_size_rule": "constant", "lr": 0.05, "horizon": 3000}}))
+    (cluster.ws.root / name).write_text(yaml.safe_dump({"train": {"step_size_rule": "constant", "lr": 1.0e-4,
+                                                                  "checkpoint_every": 1000}}))
     return name
 
 
