@@ -51,7 +51,7 @@ def test_bayes_risk_is_below_the_best_linear_attention():
 
 def test_linear_attention_training_reaches_its_optimum():
     """Seed 327's linear runs end at R(Γ*) on the same test set: SGD's stationary excess at lr 1e-3, batch 128 is
-    η·tr(H)·R/(2B) ≈ 1e-5 relative (docs/experiments.md#r6), so 2% covers it with a wide margin; a run that is not
+    η·tr(H)·R/(2B) ≈ 1e-5 relative (docs/experiments.md#training-protocol), so 2% covers it with a wide margin; a run that is not
     converged or a wrong optimum fails."""
     runs = table("train/training_runs.parquet")
     bayes = table("icl/bayes_risk.parquet").set_index("prompt_length")
@@ -91,7 +91,7 @@ def test_random_query_constants_match_the_closed_form():
 
 
 def test_fitted_exponents_have_their_predicted_values():
-    """Output exponents: min(1, 1/(2c)) for Gaussian tokens, 1 for bounded measures (Theorems 3.3 and 3.6)."""
+    """Output exponents: min(1, 1/(2c)) for Gaussian tokens, 1 for bounded measures (docs/theory.md#random-query-rate)."""
     exps = table("concentration/exponents.parquet")
     out = exps[exps.metric == "output"]
     gaussian = out[out.measure == "gaussian"]
@@ -109,7 +109,7 @@ def test_fixed_query_bound_holds_and_the_delta_method_is_the_trace():
 
 
 def test_trajectory_gap_decays_like_one_over_prompt_length():
-    """R4: the gap between finite-L and infinite-prompt trajectories scales as L^{-1} (Theorem 4.x);
+    """R4: the gap between finite-L and infinite-prompt trajectories scales as L^{-1} (docs/theory.md#trajectory-transfer);
     the fitted slope's interval must lie in [−1.5, −0.5] and contain a value within 0.25 of −1."""
     slopes = table("transfer/trajectory_slopes.parquet").dropna(subset=["slope"])
     assert len(slopes), "no trajectory slope was fitted at paper scale"
