@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 from PIL import Image
 
+from largeprompt.bench.memory import benchmark_records
 from largeprompt.bench.report import machine_description
 from largeprompt.io.parquet_io import read_provenance
 
@@ -64,15 +65,11 @@ def publish_tables(results: Path, out: Path, limit: int = MAX_TABLE_BYTES) -> li
 
 
 def measured_jobs(benchmarks: Path) -> pd.DataFrame:
-    """One row per job from Snakemake's benchmark files: rule, job, CPU and wall seconds, peak RSS (MB), and its
-    start and end (the file's modification time is the job's end)."""
-    rows = []
-    for tsv in sorted(benchmarks.rglob("*.tsv")):
-        rel = tsv.relative_to(benchmarks)
-        record = pd.read_csv(tsv, sep="\t").iloc[-1]
-        end = tsv.stat().st_mtime
-        rows.append(dict(rule=rel.parts[0].removesuffix(".tsv"), job=str(rel.with_suffix("")), cpu_seconds=float(record["cpu_time"]),
-                         wall_seconds=float(record["s"]), max_rss_mb=float(record["max_rss"]), start=end - float(record["s"]), end=end))
+    """One row per job from Snakemake's benchmark files (:func:`largeprompt.bench.memory.benchmark_records`): rule,
+    job, CPU and wall seconds, peak RSS (MB), and its start and end (the file's modification time is the job's end)."""
+    rows = [dict(rule=r["rule"], job="/".join(filter(None, (r["rule"], r["wildcards"]))), cpu_seconds=r["cpu_s"],
+                 wall_seconds=r["wall_s"], max_rss_mb=r["peak_rss_mb"], start=r["end"] - r["wall_s"], end=r["end"])
+            for r in benchmark_records(benchmarks)]
     return pd.DataFrame(rows)
 
 

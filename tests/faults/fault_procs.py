@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
+    """The command line of ``pid`` ([] when it is gone)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -21,7 +22,8 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def _cwd(pid: int) -> str | None:
+def working_dir(pid: int) -> str | None:
+    """The working directory of ``pid`` (None when it is gone)."""
     try:
         return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
@@ -37,20 +39,31 @@ def alive(pid: int) -> bool:
     return stat.rsplit(") ", 1)[-1][:1] not in ("Z", "X")
 
 
+def pids(match: Callable[[int], bool]) -> list[int]:
+    """The live processes (not zombies) for which ``match(pid)`` holds, sorted; a process that ends while it is
+    examined (OSError) is skipped."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if match(int(entry.name)) and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return sorted(found)
+
+
 def job_pids(root: Path, script: str) -> list[int]:
     """Pids of the running job processes of ``script`` (e.g. "train" for workflow/scripts/train.py) in the copy
     ``root``: a Python whose command line runs ``<root>/.snakemake/scripts/tmp*.<script>.py``, cwd ``root``."""
-    prefix, suffix, found = f"{root}/.snakemake/scripts/", f".{script}.py", []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        argv = _cmdline(pid)
-        if len(argv) < 2 or not Path(argv[0]).name.startswith("python"):
-            continue
-        if any(a.startswith(prefix) and a.endswith(suffix) for a in argv[1:]) and _cwd(pid) == str(root) and alive(pid):
-            found.append(pid)
-    return sorted(found)
+    prefix, suffix = f"{root}/.snakemake/scripts/", f".{script}.py"
+
+    def is_job(pid: int) -> bool:
+        argv = cmdline(pid)
+        return (len(argv) >= 2 and Path(argv[0]).name.startswith("python") and working_dir(pid) == str(root)
+                and any(a.startswith(prefix) and a.endswith(suffix) for a in argv[1:]))
+
+    return pids(is_job)
 
 
 def open_files(pid: int, under: Path) -> list[str]:
@@ -83,33 +96,24 @@ def wait_until(condition: Callable[[], object], timeout: float, interval: float 
     return None
 
 
-def kill(pid: int, sig: int = signal.SIGKILL) -> bool:
-    """Send ``sig`` to ``pid``; False if it is already gone."""
+def _send(send: Callable[[int, int], None], target: int, sig: int) -> bool:
     try:
-        os.kill(pid, sig)
+        send(target, sig)
         return True
     except ProcessLookupError:
         return False
+
+
+def kill(pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to ``pid``; False if it is already gone."""
+    return _send(os.kill, pid, sig)
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     """Send ``sig`` to every process of the process group ``pgid``; False if none is left."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
+    return _send(os.killpg, pgid, sig)
 
 
 def group_members(pgid: int) -> list[int]:
     """Live processes of the process group ``pgid``."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(") ", 1)[-1].split()
-            except OSError:
-                continue
-            if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-                members.append(int(entry.name))
-    return members
+    return pids(lambda pid: os.getpgid(pid) == pgid)

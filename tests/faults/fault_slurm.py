@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from fault_procs import alive, job_pids, kill, kill_group, wait_until
+from fault_procs import alive, cmdline, job_pids, kill, kill_group, pids, wait_until, working_dir
 from fault_report import Fault, Trial
 from fault_workspace import RUN, SnakemakeRun, Workspace, brief, user_message
 
@@ -231,30 +231,12 @@ def slurm_trial(ctx, rng: np.random.Generator, inject, tag: str, extra=(), confi
 
 def _job_processes(root: Path, besides: int | None = None) -> list[int]:
     """Processes working in the clone ``root`` outside the session ``besides`` (Snakemake's own): the SLURM jobs'."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                same = os.readlink(f"/proc/{entry.name}/cwd") == str(root) and os.getsid(int(entry.name)) != besides
-            except OSError:
-                continue
-            if same and alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
+    return pids(lambda pid: working_dir(pid) == str(root) and os.getsid(pid) != besides)
 
 
 def _stepds(slurm_id: str) -> list[int]:
     """The slurmstepd processes of SLURM job ``slurm_id`` (batch step and job steps)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if cmd.startswith(f"slurmstepd: [{slurm_id}."):
-                found.append(int(entry.name))
-    return found
+    return pids(lambda pid: " ".join(cmdline(pid)).startswith(f"slurmstepd: [{slurm_id}."))
 
 
 def _scancel(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:

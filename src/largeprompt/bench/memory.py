@@ -39,14 +39,14 @@ def peaks_by_rule(records: list[dict]) -> dict[str, dict]:
 
 def benchmark_records(folder: Path) -> list[dict]:
     """One record per job of Snakemake's benchmark files under ``folder`` (benchmarks/<run>/): rule, wildcards (the
-    file's path below the rule), wall seconds, CPU seconds and peak RSS in MB."""
+    file's path below the rule), wall seconds, CPU seconds, peak RSS in MB and the job's end (the file's mtime)."""
     records = []
     for path in sorted(Path(folder).rglob("*.tsv")):
         rel = path.relative_to(folder).with_suffix("")
         rule, wildcards = rel.parts[0], "/".join(rel.parts[1:])
         row = pd.read_csv(path, sep="\t").iloc[-1]
         records.append({"rule": rule, "wildcards": wildcards, "wall_s": float(row["s"]), "cpu_s": float(row["cpu_time"]),
-                        "peak_rss_mb": float(row["max_rss"])})
+                        "peak_rss_mb": float(row["max_rss"]), "end": path.stat().st_mtime})
     return records
 
 

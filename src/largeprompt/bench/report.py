@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+from largeprompt.kernel.autotune import cpu_model
 
 
 def line(label: str, value: float, unit: str, ref_label: str, ref: float, ratio: float, target: str | None) -> str:
@@ -85,11 +86,9 @@ def run_worker(name: str, prompt_length=0, dim=6, n_queries=64, repeats=5, timeo
 
 
 def machine_description() -> str:
-    """'<CPU model>, <N> CPUs, <RAM> GiB' from /proc (Linux), or what the platform module knows elsewhere."""
-    model = platform.processor() or platform.machine()
+    """'<CPU model>, <N> CPUs, <RAM> GiB' (RAM from /proc/meminfo where there is one)."""
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
         kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
-        return f"{model}, {os.cpu_count()} CPUs, {kib / 2**20:.0f} GiB"
+        return f"{cpu_model()}, {os.cpu_count()} CPUs, {kib / 2**20:.0f} GiB"
     except (OSError, StopIteration):
-        return f"{model}, {os.cpu_count()} CPUs"
+        return f"{cpu_model()}, {os.cpu_count()} CPUs"
