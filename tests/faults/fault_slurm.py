@@ -1,7 +1,9 @@
 """The campaign's SLURM faults (docs/reliability.md): on the single-node cluster of workflow/cluster/start-slurm.sh,
-a training job run through the SLURM profile is cancelled with ``scancel``, loses its node daemon (slurmd and the
-job's slurmstepd killed, slurmd restarted by start-slurm.sh), or runs past its time limit; Snakemake must report
-the failure naming the rule and the SLURM job id, and a plain rerun through SLURM must restore every file.
+a training job run through the SLURM profile is cancelled with ``scancel``, runs past its time limit, sees its
+node's slurmd killed and restarted, or loses its node (slurmd, the job's slurmstepd and its processes killed, the
+node back 30 s later). A cancelled or timed-out job must be reported by Snakemake naming the rule and the SLURM job
+id; a job that outlives a slurmd restart must complete; a job on a lost node must be either requeued by SLURM and
+complete, or reported. Then a plain rerun through SLURM must leave every file bit-identical to the local reference.
 
 The SLURM runs happen in a clone of the campaign's workspace (its smoke results, git commit and Snakemake records),
 with the profile of tests/test_slurm.py (partition ``cpu``, account ``largeprompt``) written to the untracked
@@ -108,6 +110,12 @@ class Cluster:
                               env=dict(os.environ, **self.env))
         return proc.stdout.strip()
 
+    def history(self, slurm_id: str) -> str:
+        """Every state SLURM recorded for the job, requeues included (``sacct -D``), e.g. 'NODE_FAIL, COMPLETED'."""
+        proc = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", slurm_id, "-o", "State"], capture_output=True,
+                              text=True, env=dict(os.environ, **self.env))
+        return ", ".join(proc.stdout.split("\n")).strip(", ") or "no record"
+
     def scancel(self, *ids: str) -> None:
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, env=dict(os.environ, **self.env))
@@ -200,9 +208,42 @@ def _recover(cluster: Cluster, trial: Trial, tag: str, since: float) -> None:
     trial.survived = not trial.problems
 
 
-def slurm_trial(ctx, rng: np.random.Generator, inject, tag: str, extra=(), configfiles=(SMOKE,), wait=REPORT_WAIT) -> Trial | str:
+def _completion(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, wait: float) -> set[str]:
+    """Wait (at most ``wait`` s) for a run whose job should survive the fault to finish by itself; it must exit 0.
+    The files seen not bit-identical meanwhile."""
+    bad: set[str] = set()
+    wait_until(lambda: bad.update(cluster.ws.audit()) or not run.running(), wait, 0.5)
+    history = cluster.history(slurm_id)
+    if run.running():
+        trial.problems.append(f"the run did not finish within {wait:.0f} s of the fault (sacct: {history})")
+        trial.message = f"(still running after {wait:.0f} s; sacct {history})"
+        _end(cluster, run, trial)
+        return bad
+    if run.proc.returncode != 0:
+        trial.problems.append(f"the run failed: {user_message(run.output())}")
+        trial.message = user_message(run.output())
+        return bad
+    trial.message = f"(none: the run completes; sacct: {history})"
+    return bad
+
+
+def _report_or_completion(cluster, run, slurm_id, trial, wait) -> set[str]:
+    """A lost node: SLURM either requeues the job (it then runs again and the run completes by itself) or fails it
+    (Snakemake must report it)."""
+    bad = _completion(cluster, run, slurm_id, trial, wait)
+    if trial.problems and _report(run.output(), slurm_id):
+        trial.problems.clear()
+        block = _report(run.output(), slurm_id)
+        message = re.search(r"message: (.*)", block)
+        trial.message = "Error in rule train: " + brief(message.group(1) if message else block.splitlines()[0])[:200]
+    return bad
+
+
+def slurm_trial(ctx, rng: np.random.Generator, inject, tag: str, extra=(), configfiles=(SMOKE,), wait=REPORT_WAIT,
+                outcome=None) -> Trial | str:
     """Force one training job through SLURM, ``inject(cluster, run, slurm_id, trial, rng)`` a fault once the job runs
-    its script, check Snakemake's report and recover through SLURM with the plain command."""
+    its script, check the ``outcome`` (default: Snakemake's report of the failure) and recover through SLURM with
+    the plain command."""
     cluster: Cluster = ctx.cluster
     if cluster.skipped:
         return cluster.skipped
@@ -216,7 +257,7 @@ def slurm_trial(ctx, rng: np.random.Generator, inject, tag: str, extra=(), confi
         _end(cluster, run, trial)
     else:
         inject(cluster, run, slurm_id, trial, rng)
-        bad = _outcome(cluster, run, slurm_id, trial, wait)
+        bad = (outcome or _outcome)(cluster, run, slurm_id, trial, wait)
     bad.update(cluster.ws.audit())
     if bad:
         trial.problems.append("partial or different Parquet seen: " + ", ".join(sorted(bad)))
@@ -246,29 +287,57 @@ def _scancel(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, r
     trial.notes.append(f"scancel {delay:.1f} s after the job's script started")
 
 
-def _kill_slurmd(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:
-    """SIGKILL slurmd and the job's slurmstepd processes, then start-slurm.sh (it restarts slurmd)."""
-    time.sleep(float(rng.uniform(0, 3)))
-    slurmd, stepds = _daemon_pid("slurmd"), _stepds(slurm_id)
-    for pid in filter(None, [slurmd, *stepds]):
-        kill(pid)
-    time.sleep(2)
-    orphans = _job_processes(cluster.ws.root, besides=os.getsid(run.pid))
+def _restart_slurmd(trial: Trial) -> None:
     proc = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=600)
-    trial.notes.append(f"slurmd and {len(stepds)} slurmstepd killed, {len(orphans)} job processes outlived them")
     if proc.returncode != 0:
         trial.problems.append(f"start-slurm.sh could not restart slurmd: {proc.stderr.strip().splitlines()[-1:]}")
 
 
+def _kill_slurmd(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:
+    """SIGKILL slurmd alone, then start-slurm.sh restarts it: the job's slurmstepd carries on, and the new slurmd
+    finds it again."""
+    delay = float(rng.uniform(0, 3))
+    time.sleep(delay)
+    kill(_daemon_pid("slurmd") or -1)
+    time.sleep(2)
+    _restart_slurmd(trial)
+    trial.notes.append(f"slurmd killed {delay:.1f} s into the job and restarted")
+
+
+NODE_DOWN = 30  # s: longer than BatchStartTimeout + MessageTimeout (10 + 10 s), so the returning node's registration
+# without the job makes slurmctld end it ("missing from batch node"): NODE_FAIL, then requeued under JobRequeue=1
+
+
+def _lose_node(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:
+    """A node crash: SIGKILL slurmd, the job's slurmstepd and every process of the job, then slurmd back after
+    NODE_DOWN s."""
+    delay = float(rng.uniform(0, 3))
+    time.sleep(delay)
+    stepds = _stepds(slurm_id)
+    for pid in filter(None, [_daemon_pid("slurmd"), *stepds]):
+        kill(pid)
+    victims = _job_processes(cluster.ws.root, besides=os.getsid(run.pid))
+    for pid in victims:
+        kill(pid)
+    time.sleep(NODE_DOWN)
+    _restart_slurmd(trial)
+    trial.notes.append(f"node lost {delay:.1f} s into the job (slurmd, {len(stepds)} slurmstepd and {len(victims)} job "
+                       f"processes killed), back after {NODE_DOWN} s")
+
+
 def _overtime(cluster: Cluster, run: SnakemakeRun, slurm_id: str, trial: Trial, rng) -> None:
-    trial.notes.append("time limit 1 min, training 40 000 steps per run (minutes)")
+    trial.notes.append(f"time limit 1 min, training {SLOW_STEPS} steps per run")
+
+
+SLOW_LR = 1.0e-5  # constant steps over the smoke horizon of 4: 400 000 steps per run, over 5 min here (40 000
+SLOW_STEPS = "400 000"  # steps still finished inside SLURM's enforcement of a 1-minute limit, checked every 30 s)
 
 
 def _slow_overlay(cluster: Cluster) -> str:
     """Config overlay: the same run and horizon (so nothing upstream of train changes and only the train job is
-    submitted), constant steps of 1e-4: 40 000 steps per training run, minutes in all; a checkpoint every 1000."""
+    submitted), constant steps of SLOW_LR: minutes of training against a 1-minute limit; a checkpoint every 1000."""
     name = "config/faults_slow.yaml"
-    (cluster.ws.root / name).write_text(yaml.safe_dump({"train": {"step_size_rule": "constant", "lr": 1.0e-4,
+    (cluster.ws.root / name).write_text(yaml.safe_dump({"train": {"step_size_rule": "constant", "lr": SLOW_LR,
                                                                   "checkpoint_every": 1000}}))
     return name
 
@@ -283,7 +352,12 @@ def _exclusive(ctx, wait: float = 300) -> str | None:
 
 
 def _slurmd_trial(ctx, rng, i):
-    return _exclusive(ctx) or slurm_trial(ctx, rng, _kill_slurmd, "slurm-slurmd")
+    return _exclusive(ctx) or slurm_trial(ctx, rng, _kill_slurmd, "slurm-slurmd", outcome=_completion, wait=600)
+
+
+def _node_lost_trial(ctx, rng, i):
+    # SLURM requeues a NODE_FAIL job after about 2 min (BeginTime); then the job runs again
+    return _exclusive(ctx) or slurm_trial(ctx, rng, _lose_node, "slurm-node-lost", outcome=_report_or_completion, wait=900)
 
 
 def _timeout_trial(ctx, rng, i):
@@ -296,6 +370,8 @@ def _timeout_trial(ctx, rng, i):
 FAULTS = [
     Fault("slurm_scancel", "SLURM: `scancel` of a running `train` job", 3,
           lambda ctx, rng, i: slurm_trial(ctx, rng, _scancel, "slurm-scancel"), "slurm"),
-    Fault("slurm_slurmd", "SLURM: slurmd and the job's slurmstepd killed, slurmd restarted", 3, _slurmd_trial, "slurm"),
+    Fault("slurm_slurmd", "SLURM: slurmd killed during a `train` job and restarted", 3, _slurmd_trial, "slurm"),
+    Fault("slurm_node_lost", "SLURM: the node lost during a `train` job (slurmd, slurmstepd and the job killed; back 30 s later)",
+          3, _node_lost_trial, "slurm"),
     Fault("slurm_timeout", "SLURM: a `train` job over its time limit (`--set-resources train:runtime=1`)", 3, _timeout_trial, "slurm"),
 ]
