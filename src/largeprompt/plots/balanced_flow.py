@@ -35,7 +35,8 @@ def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
     for ax in axes:
         ax.set_xlabel(r"time $t$")
     axes[0].legend(title=r"start $b = \|A\|_F = \alpha$", fontsize=8, title_fontsize=8)
-    axes[1].legend(fontsize=8, loc="lower right")
+    # only b*: the starts are named in the first panel, and six entries here would cover the curves' approach to b*
+    axes[1].legend(handles=[axes[1].get_lines()[-1]], fontsize=8, loc="lower right")
     suptitle(fig, r"R5: gradient flow from balanced starts reaches the Bayes point $b^*$, "
                  r"$A^* = \mathrm{tr}(\Sigma^{-2})^{-1/4}\Sigma^{-1}$",
              (params or {}).get("run"), fontsize=11)
