@@ -162,11 +162,12 @@ def worker(name: str, extra: dict, repeats: int) -> dict:
     if name == "train_costs":  # the engine's step and one test-loss pass at each L, for the cost of a config
         lengths, n_test = [int(x) for x in extra["lengths"]], int(extra.get("n_test", 1024))
         runs, dtype, batch_size = extra.get("runs", PAPER_RUNS), extra.get("dtype", "float32"), extra.get("batch", BATCH)
-        fns = {f"step{L}": _burst(engine(L, runs, dtype, batch_size), STEP_BURST) for L in lengths}
+        burst = int(extra.get("burst", STEP_BURST))
+        fns = {f"step{L}": _burst(engine(L, runs, dtype, batch_size), burst) for L in lengths}
         fns |= {f"test{L}": test_set_loss(L, n_test, runs, dtype) for L in lengths}
         out = interleaved_seconds(fns, repeats, warmup=1)
         for clock in out.values():
-            clock.update({f"step{L}": clock[f"step{L}"] / STEP_BURST for L in lengths})
+            clock.update({f"step{L}": clock[f"step{L}"] / burst for L in lengths})
         return out
     raise ValueError(f"unknown benchmark worker {name!r}")
 
