@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import seaborn as sns
+from matplotlib.legend import Legend
 
 from largeprompt.io.parquet_io import read_parquet
 
@@ -69,11 +70,20 @@ def draw_concentration_row(axes, tables: dict, metric: str, measure: str):
         ax.set_xlabel("prompt length $L$")
         ax.set_title(title, fontsize=9)
     ax_mean.set_ylabel(label)
-    ax_mean.legend(fontsize=6.5, title=r"fit over upper half of $L$, 95% bootstrap CI", title_fontsize=6.5, loc="lower left")
-    ax_med.legend(fontsize=6.5, loc="lower left")
     ax_local.set_xscale("log", base=2)
     ax_local.set_xlabel("prompt length $L$")
     ax_local.set_ylabel(r"local exponent $-d\log E\,/\,d\log L$")
     ax_local.set_title("local decay exponent of the mean", fontsize=9)
     ax_local.set_ylim(-0.1, 1.5)
     ax_local.legend(fontsize=6.5, loc="upper left")
+    _fit_legends(ax_local, ax_mean, ax_med)
+
+
+def _fit_legends(ax_local, ax_mean, ax_med):
+    """The fitted exponents of every c, mean (first column) and median (second), in one legend right of the row:
+    inside the panels they covered the curves once a row has nine c values (the paper run)."""
+    (mean_h, mean_l), (med_h, med_l) = ax_mean.get_legend_handles_labels(), ax_med.get_legend_handles_labels()
+    legend = Legend(ax_local, mean_h + med_h, mean_l + med_l, ncol=2, fontsize=6.5, title_fontsize=6.5,
+                    title=r"fitted exponents $\hat p$ over the upper half of $L$, 95% bootstrap CI: mean | median",
+                    loc="upper left", bbox_to_anchor=(1.03, 1.0))
+    ax_local.add_artist(legend).set_clip_on(False)  # add_artist clips to the axes; this lies outside them

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from largeprompt.plots.concentration import draw_concentration_row, read_rate_tables
-from largeprompt.plots.style import apply_style, save_figure, suptitle
+from largeprompt.plots.style import apply_style, layout, save_figure, suptitle
 
 
 def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradient_concentration"):
@@ -13,11 +13,11 @@ def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradien
     tables = read_rate_tables(inputs)
     measures = list(dict.fromkeys(tables["exponents"]["measure"]))
     rows = [(m, metric) for m in measures for metric in ("grad_U", "grad_V")]
-    fig, axes = plt.subplots(len(rows), 3, figsize=(14, 4.3 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), 3, figsize=(17, 4.3 * len(rows)), squeeze=False)
     for row, (measure, metric) in zip(axes, rows):
         draw_concentration_row(row, tables, metric, measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
     suptitle(fig, "R3: gradients wrt U and V concentrate like the outputs (paper Prop. 3.4; squared Frobenius error of the Jacobians)",
              (params or {}).get("run"), fontsize=11)
-    fig.tight_layout()
+    layout(fig)
     save_figure(fig, outputs["pdf"], outputs["png"])

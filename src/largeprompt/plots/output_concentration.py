@@ -4,18 +4,18 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from largeprompt.plots.concentration import draw_concentration_row, read_rate_tables
-from largeprompt.plots.style import apply_style, save_figure, suptitle
+from largeprompt.plots.style import apply_style, layout, save_figure, suptitle
 
 
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
     apply_style()
     tables = read_rate_tables(inputs)
     measures = list(dict.fromkeys(tables["exponents"]["measure"]))
-    fig, axes = plt.subplots(len(measures), 3, figsize=(14, 4.3 * len(measures)), squeeze=False)
+    fig, axes = plt.subplots(len(measures), 3, figsize=(17, 4.3 * len(measures)), squeeze=False)
     for row, measure in zip(axes, measures):
         draw_concentration_row(row, tables, "output", measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
     suptitle(fig, r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate $L^{-\min(1,1/(2c))}$, median rate $L^{-1}$",
              (params or {}).get("run"), fontsize=11)
-    fig.tight_layout()
+    layout(fig)
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -12,7 +12,7 @@ import seaborn as sns
 
 from largeprompt.io.parquet_io import read_parquet
 from largeprompt.plots.concentration import METRIC_LABELS
-from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, layout, save_figure, suptitle
 
 MARKERS = {"output": "o", "grad_U": "s", "grad_V": "^"}
 OFFSETS = {"output": 0.96, "grad_U": 1.0, "grad_V": 1.04}  # small horizontal dodge, display only
@@ -23,7 +23,7 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
     exps, curves = read_parquet(inputs["exponents"]), read_parquet(inputs["exponent_curves"])
     fits = read_parquet(inputs["paper_form_fits"])
     measures = list(dict.fromkeys(exps["measure"]))
-    fig, axes = plt.subplots(1, len(measures), figsize=(10.5 * len(measures), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(measures), figsize=(6 * len(measures) + 1, 4.6), squeeze=False)
     colours = dict(zip(MARKERS, sns.color_palette("deep", 3)))
     for ax, measure in zip(axes[0], measures):
         cells = exps[exps["measure"] == measure]
@@ -55,9 +55,20 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
         ax.set_xlabel(r"tilt strength $c = \sigma^2 u^2$" + ("  ($\\sigma^2 = c$, $U = I$)" if measure == "gaussian" else ""))
         ax.set_ylabel(r"decay exponent $p$  (error $\propto L^{-p}$)")
         ax.set_ylim(0, 1.25)
-        ax.set_title(f"{measure} tokens: exponents fitted on the upper half of the $L$ grid, 95% bootstrap CI", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        ax.set_title(f"{measure} tokens: exponents fitted on the upper half of $L$, 95% bootstrap CI", fontsize=9)
+    _shared_legend(fig, axes[0])
     suptitle(fig, "R2/R3: the mean error rate slows down as the tilt grows; the median keeps rate 1",
              (params or {}).get("run"), fontsize=11)
-    fig.tight_layout()
+    layout(fig, title_inches=0.3)
     save_figure(fig, outputs["pdf"], outputs["png"])
+
+
+def _shared_legend(fig, axes) -> None:
+    """One legend under the panels (the measures share their entries): beside each panel it made the figure three
+    panels wide per measure."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(axes) + 1),
+               fontsize=8, frameon=False)

@@ -37,6 +37,12 @@ def suptitle(fig, text: str, run: str | None = None, **kwargs) -> None:
         fig.text(0.5, 1.0, note, ha="center", va="bottom", color="tab:red", fontsize=9, fontweight="bold")
 
 
+def layout(fig, title_inches: float = 0.5) -> None:
+    """``tight_layout`` with ``title_inches`` kept free at the top for the suptitle (on tall figures plain
+    tight_layout let the first row's titles run into it)."""
+    fig.tight_layout(rect=(0, 0, 1, 1 - title_inches / fig.get_figheight()))
+
+
 def short_number(value: float) -> str:
     """A tick label: plain for 0.01 ≤ |v| < 10⁴ ('0.2', '500'), else 'a×10ᵏ' in mathtext."""
     if value == 0 or 1e-2 <= abs(value) < 1e4:
