@@ -38,9 +38,9 @@ def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
         handles, labels = ax.get_legend_handles_labels()
         if ax is axes[0][0]:
             labels = [f"L = {lab}" if lab.isdigit() else lab for lab in labels]
-            ax.legend(handles, labels, title="mean, 90% band over prompts", fontsize=8, title_fontsize=8, loc="upper left")
+            ax.legend(handles, labels, title="mean, 90% band over prompts", fontsize=8, title_fontsize=8, loc="lower right")
         else:
-            ax.legend(handles[-1:], labels[-1:], fontsize=8, loc="upper left")
+            ax.legend(handles[-1:], labels[-1:], fontsize=8, loc="lower right")
     suptitle(fig, "R1: finite-prompt softmax attention converges to $V\\nabla K(Uz_q)$; only the Gaussian limit is affine",
              (params or {}).get("run"), fontsize=11)
     fig.tight_layout()

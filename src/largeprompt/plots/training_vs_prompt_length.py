@@ -80,27 +80,40 @@ def _loss_panel(ax, runs, table, bayes):
             _runs(ax, runs[runs["model"] == model], "final_test_loss", model)
             _modes(ax, t, model)
     _theory(ax, table, bayes)
-    for (model, L), g in table.groupby(["model", "prompt_length"]):  # ok / seeds, per L, at the top
-        ax.annotate(f"{int(g['n_ok'].iloc[0])}/{int(g['n_seeds'].iloc[0])}", (L, ax.get_ylim()[1]), fontsize=6,
-                    color=COLORS[model], ha="center", va="bottom", xytext=(0, 2 if model == "softmax" else 9),
-                    textcoords="offset points", annotation_clip=False)
-    ax.set_title("final test loss; at the top: ok runs / seeds per $L$\n(red: softmax, blue: linear)", fontsize=8, pad=20)
+    ax.set_title("final test loss; " + _count_note(ax, table) + "\n(red: softmax, blue: linear)", fontsize=8, pad=20)
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("final test MSE")
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
+def _count_note(ax, table) -> str:
+    """ok runs / seeds at the top of the axes, only at the (model, L) where some run is not ok: with 19 prompt
+    lengths (the paper run) a count at every L ran into its neighbours."""
+    partial = table[table["n_ok"] < table["n_seeds"]]
+    for r in partial.itertuples():
+        ax.annotate(f"{int(r.n_ok)}/{int(r.n_seeds)}", (r.prompt_length, ax.get_ylim()[1]), fontsize=6,
+                    color=COLORS[r.model], ha="center", va="bottom", xytext=(0, 2 if r.model == "softmax" else 9),
+                    textcoords="offset points", annotation_clip=False)
+    seeds = sorted(set(table["n_seeds"].astype(int)))
+    per_l = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per $L$" if len(seeds) == 1 else "seeds per $L$"
+    if partial.empty:
+        return f"every run ok ({per_l})"
+    return f"at the top: ok runs / {per_l} where not every run is ok"
+
+
 def _ratio_title(table) -> str:
-    """Measured over predicted L·excess at the largest L, with the interval of the measured mean."""
+    """Measured over predicted L·excess at the largest L, with the interval of the measured mean (none from one run)."""
     last = table[table["prompt_length"] == table["prompt_length"].max()]
-    parts = []
+    parts, single = [], False
     for r in last.itertuples():
         if (r.model == "softmax" and not r.softmax_theory_valid) or np.isnan(r.scaled_excess_over_theory_mean):
             continue
-        parts.append(f"{r.model} {r.scaled_excess_over_theory_mean:.2f} [{r.scaled_excess_over_theory_lo:.2f}, "
-                     f"{r.scaled_excess_over_theory_hi:.2f}]")
+        lo, hi = r.scaled_excess_over_theory_lo, r.scaled_excess_over_theory_hi
+        single |= not (np.isfinite(lo) and np.isfinite(hi))
+        parts.append(f"{r.model} {r.scaled_excess_over_theory_mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""))
     L = int(last["prompt_length"].iloc[0])
-    return f"at L = {L}, measured / leading-order L·excess: " + ("; ".join(parts) if parts else "no prediction")
+    return f"at L = {L}, measured / leading-order L·excess:\n" + ("; ".join(parts) if parts else "no prediction") + \
+        (" (one run each: no interval)" if single else "")
 
 
 def _excess_panel(ax, runs, table):
@@ -127,7 +140,7 @@ def _excess_panel(ax, runs, table):
                 linewidth=1.1, label=r"$L\,(\sigma^2 + f(\alpha^*)/L - $Bayes$)$")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk), ok runs")
-    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$\n{_ratio_title(table)}", fontsize=8, pad=20)
+    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$; {_ratio_title(table)}", fontsize=8, pad=20)
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
@@ -144,7 +157,9 @@ def _escape_panel(ax, runs):
     if shared.empty:
         ax.text(0.5, 0.7, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    ratio = shared["escape_time"] / shared["flow_escape_time"]
+    if len(ratio) and ratio.max() / ratio.min() > 3:  # a log axis shows no label between 1 and 2 (paper run: 1-1.3)
+        ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("run's escape time / its flow's")
     ax.set_title("escape from the initial plateau:\neach run against the $R_\\infty$ flow from its initial weights",
@@ -156,7 +171,8 @@ def _drift_note(runs, classes) -> str:
     seeds = runs.drop_duplicates("seed")
     drifting = int((seeds["flow_class"] == "drifts").sum())
     d = classes[classes["flow_class"] == "drifts"].iloc[0]
-    return (f"drifting $R_\\infty$ flows: {drifting} of the {len(seeds)} training seeds; "
+    n = len(seeds)
+    return (f"drifting $R_\\infty$ flows: {drifting} of {'the ' if n > 1 else ''}{n} training seed{'s' if n > 1 else ''}; "
             f"{int(d['n_flows'])}/{int(d['n_seeds'])} = {100 * d['fraction']:.0f}% "
             f"[{100 * d['fraction_lo']:.0f}, {100 * d['fraction_hi']:.0f}]% of torch-default inits (figure init_dependence)")
 
