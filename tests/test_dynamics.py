@@ -17,6 +17,7 @@ from largeprompt.icl.dynamics import (
     balanced_risk,
     bayes_point,
     full_model_flow,
+    full_model_gradient_descent,
     isotropic_flow,
     isotropic_product,
     reduced_attention,
@@ -134,6 +135,31 @@ def test_balanced_flow_reaches_the_bayes_point():
     evals = np.linalg.eigvalsh(sigma)
     cond = evals[-1] / evals[0]
     assert_within(b_star, np.sum(evals**-2.0) ** 0.25, b_star * gamma(4 * 5 * cond), "b* formula")
+
+
+def test_gradient_descent_on_r_inf_has_the_euler_error_of_its_step():
+    """docs/theory.md#euler-floor: plain GD with step lr on R∞ stays within C·lr of the flow at t = lr·k, so halving
+    lr halves its distance to the flow (up to O(lr²)); the first step is θ₀ − lr ∇R∞(θ₀) by autograd."""
+    task = RegressionTask(toeplitz_covariance(3, 0.5, dtype=torch.float64), 1 / 3, 0.1)
+    params0 = models.init_parameters(4, stream_generator(1, "test/flow"))
+    times = np.linspace(0, 2, 11)
+    flow, _ = full_model_flow(task, params0, times, rtol=1e-11, atol=1e-13)
+    errors = {}
+    for lr in (0.04, 0.02, 0.01):
+        steps = np.rint(times / lr).astype(int)
+        descent = full_model_gradient_descent(task, params0, lr, steps)
+        errors[lr] = np.linalg.norm(descent - flow, axis=1).max()
+    # the ODE's own error (≈ 1e-9) is far below these (≥ 1e-4 here); the O(lr²) term moves each ratio by ≈ lr·C'
+    assert errors[0.01] > 1e3 * 1e-9
+    assert 1.8 < errors[0.04] / errors[0.02] < 2.2 and 1.9 < errors[0.02] / errors[0.01] < 2.1, errors
+    theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).requires_grad_(True)
+    p = models.unflatten(theta0, 4)
+    grad = torch.autograd.grad(infinite_prompt_risk(task, p["Q"], p["K"], p["V"], p["O"]), theta0)[0]
+    first = full_model_gradient_descent(task, params0, 0.01, [1, 0])
+    theta0, grad = theta0.detach().numpy(), grad.numpy()
+    # two float64 evaluations of the same gradient (closed form, autograd), scaled by lr: a few hundred eps of θ
+    assert_within(first[0], theta0 - 0.01 * grad, 1e3 * np.finfo(np.float64).eps * (1 + np.abs(theta0).max()), "GD step")
+    assert np.array_equal(first[1], theta0)
 
 
 def test_full_model_flow_decreases_the_risk_and_keeps_the_symmetry():

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from helpers import theta
+from largeprompt.icl import dynamics
+from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.risks import optimal_linear_attention_risk
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
@@ -252,6 +254,17 @@ def test_trajectory_gap_tables(root):
     a, b = (theta(traj[(traj["model"] == "linear") & (traj["stream"] == j)].sort_values("step")) for j in (0, 1))
     row = full[(full["model"] == "linear") & (full["prompt_length"] == 30)]
     assert row["noise_floor"].item() == np.linalg.norm(a - b, axis=1).max()
+    # the Euler floor: plain GD at the runs' lr on R∞ against the flow, recomputed here step by step
+    one = traj[(traj["model"] == "linear") & (traj["stream"] == 0)].sort_values("step")
+    task = regression_task(ICL_TASK)
+    params0 = initial_parameters(SEED, 1, task.token_dim)
+    flow, _ = dynamics.full_model_flow(task, params0, one["time"].to_numpy(), **{k: INFINITE[k] for k in ("rtol", "atol")})
+    risk, th, by_step = full_model_risk(task), torch.cat([params0[k].double().flatten() for k in "QKVO"]).numpy(), {}
+    for k in range(int(one["step"].max()) + 1):
+        by_step[k], th = th, th - TRANSFER["lr"] * risk.gradient(th)
+    euler = np.linalg.norm(np.stack([by_step[int(k)] for k in one["step"]]) - flow, axis=1).max()
+    assert_within(row["euler_floor"].item(), euler, 1e3 * eps(np.float64) * (1 + euler), "Euler floor")
+    assert row["floor"].item() == max(row["noise_floor"].item(), row["euler_floor"].item())
     assert set(slopes["experiment"]) == {"full_model", "reduced_model"} and slopes["floor_factor"].eq(3).all()
     assert (slopes["n_points_above_floor"] <= slopes["n_points"]).all()
     assert read_provenance(outputs["gaps"])["base_seed"] == SEED
@@ -264,8 +277,8 @@ def synthetic_gaps():
     sup = np.where(L >= 200, 1e-3, gap)
     floor = np.where(L >= 200, sup, gap / 10)
     gaps = pd.DataFrame({"experiment": "full_model", "model": "softmax", "prompt_length": L, "seed": 1,
-                         "sup_distance": sup, "noise_floor": floor, "status": "ok"})
-    gaps.loc[len(gaps)] = ["full_model", "softmax", 2000, 1, 1.0, np.nan, "diverged"]  # never fitted
+                         "sup_distance": sup, "noise_floor": floor, "floor": floor, "status": "ok"})
+    gaps.loc[len(gaps)] = ["full_model", "softmax", 2000, 1, 1.0, np.nan, np.nan, "diverged"]  # never fitted
     return gaps
 
 

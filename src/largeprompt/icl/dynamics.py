@@ -67,6 +67,20 @@ def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], time
     return thetas, risk.value(thetas)
 
 
+def full_model_gradient_descent(task: RegressionTask, params0: dict[str, torch.Tensor], lr: float, steps) -> np.ndarray:
+    """θ_k of plain gradient descent θ_{k+1} = θ_k − lr ∇R∞(θ_k) on the closed-form R∞ from ``params0``, at the
+    step counts ``steps`` [S] (any order, repeats allowed): [S, P]. Its distance to :func:`full_model_flow` at
+    t = lr·k is the Euler error of the step lr, which no prompt length removes (docs/theory.md#euler-floor)."""
+    risk = full_model_risk(task)
+    theta = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
+    wanted = np.asarray(steps, dtype=np.int64)
+    out = np.empty((len(wanted), theta.size))
+    for k in range(int(wanted.max(initial=0)) + 1):
+        out[wanted == k] = theta
+        theta = theta - lr * risk.gradient(theta)
+    return out
+
+
 def full_model_sharpness(task: RegressionTask, theta) -> np.ndarray:
     """Largest eigenvalue of ∇²R∞ at θ [..., P] (docs/theory.md#sgd-stability): plain SGD with learning rate lr
     can follow the flow only where it is < 2/lr."""

@@ -53,8 +53,8 @@ def _fit_label(label, fit) -> str:
     if not len(fit) or "slope" not in fit or not np.isfinite(fit["slope"].iloc[0]):
         return label + ": no slope (fewer than 2 lengths above the floor)"
     f = fit.iloc[0]
-    ci = f"[{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]" if np.isfinite(f["slope_lo"]) else f"(no CI: {int(f['n_fitted'])} points)"
-    return f"{label}: slope {f['slope']:.2f} {ci}"
+    ci = f"[{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]" if np.isfinite(f["slope_lo"]) else "(no CI)"
+    return f"{label}: slope {f['slope']:.2f} {ci} over {int(f['n_fitted'])}/{int(f['n_points'])} points"
 
 
 def _gap_panel(ax, gaps, slopes):
@@ -68,11 +68,12 @@ def _gap_panel(ax, gaps, slopes):
             ax.plot([f["fit_min_prompt_length"], f["fit_max_prompt_length"]], [f["fit_gap_at_min"], f["fit_gap_at_max"]],
                     color=color, linewidth=1)
         ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=_fit_label(label, fit))
-        floor = pts.dropna(subset=["noise_floor"]).drop_duplicates("prompt_length")
+        column = "floor" if "floor" in pts else "noise_floor"  # tables written before the Euler floor
+        floor = pts.dropna(subset=[column]).groupby("prompt_length")[column].median()
         if len(floor) and len(fit):
             factor = float(fit["floor_factor"].iloc[0])
-            ax.scatter(floor["prompt_length"], factor * floor["noise_floor"], color=color, marker=marker, s=22,
-                       facecolors="none", label=f"{label}: {factor:g}× SGD-noise floor (two batch streams)")
+            ax.scatter(floor.index, factor * floor.to_numpy(), color=color, marker=marker, s=22, facecolors="none",
+                       label=f"{label}: {factor:g}× floor, median over seeds")
     ref = slopes[(slopes["experiment"] == "full_model") & (slopes["model"] == "softmax")]
     if len(ref) and "reference_gap_at_min" in ref and np.isfinite(ref["reference_gap_at_min"].iloc[0]):
         f = ref.iloc[0]
@@ -85,8 +86,11 @@ def _gap_panel(ax, gaps, slopes):
     ax.minorticks_off()
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$\sup_{t\leq T}\|\theta_L(t) - \theta_\infty(t)\|$")
-    ax.set_title("distance to the flow on a fixed horizon (95% CI on slopes)", fontsize=9)
-    ax.legend(fontsize=6)
+    factor = f"{float(slopes['floor_factor'].iloc[0]):g}×" if len(slopes) else "a multiple of"
+    ax.set_title(f"distance to the flow on a fixed horizon (95% CI on slopes); fitted only above {factor} the floor,\n"
+                 "the larger of the SGD noise (two batch streams) and the Euler error of lr (GD on $R_\\infty$ vs flow)",
+                 fontsize=8)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
 
 
 def plot_trajectory_transfer(inputs, outputs, params=None, rule="plot_trajectory_transfer"):
