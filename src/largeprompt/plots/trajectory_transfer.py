@@ -57,6 +57,16 @@ def _fit_label(label, fit) -> str:
     return f"{label}: slope {f['slope']:.2f} {ci} over {int(f['n_fitted'])}/{int(f['n_points'])} points"
 
 
+def _spaced(lengths, ratio: float = 1.4) -> list:
+    """The prompt lengths to label, skipping any within ``ratio`` of the last one kept (160 beside 200, 500 beside
+    640 ran into each other when the reduced model's and the §6 runs' lengths share the axis)."""
+    kept = []
+    for L in lengths:
+        if not kept or L / kept[-1] >= ratio:
+            kept.append(L)
+    return kept
+
+
 def _gap_panel(ax, gaps, slopes):
     for key, (label, color, marker) in EXPERIMENTS.items():
         pts = gaps[(gaps["experiment"] == key[0]) & (gaps["model"] == key[1]) & (gaps["status"] == "ok")]
@@ -81,7 +91,7 @@ def _gap_panel(ax, gaps, slopes):
                 label=r"slope $-1$: the $O(1/L)$ of Thm 4.3", **REFERENCE_STYLE)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    lengths = sorted(gaps["prompt_length"].unique())
+    lengths = _spaced(sorted(gaps["prompt_length"].unique()))
     ax.set_xticks(lengths, [str(L) for L in lengths], fontsize=7)
     ax.minorticks_off()
     ax.set_xlabel("prompt length $L$")
