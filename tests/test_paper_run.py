@@ -63,27 +63,33 @@ def test_linear_attention_training_reaches_its_optimum():
 
 
 def test_softmax_approaches_linear_as_prompt_length_grows():
-    """R6: at L = 1000, softmax's final test risk is within 10% of R(Γ*), and its excess shrinks from L = 10."""
+    """R6: softmax's excess over R(Γ*) shrinks from L = 100 to L = 1000, and where the leading-order optimum
+    σ² + f(α*)/L applies (docs/theory.md#softmax-finite-prompt-optimum) the measured L·excess approaches it from below as L grows:
+    the ratio stays in (0.75, 1.05) and rises from the first valid L to the last. A softmax run that is not converged,
+    or a wrong f(α*), fails this."""
     runs = table("train/training_runs.parquet")
     bayes = table("icl/bayes_risk.parquet").set_index("prompt_length")
     soft = runs[(runs.model == "softmax") & (runs.status == "ok")].groupby("prompt_length").final_test_loss.mean()
     excess = soft / bayes.loc[soft.index, "optimal_linear_attention_test_risk"] - 1
-    assert excess.loc[1000] < 0.10, excess
-    assert excess.loc[1000] < excess.loc[10], excess
+    assert excess.loc[1000] < excess.loc[100], excess
+    summary = table("train/training_prompt_lengths.parquet")
+    valid = summary[(summary.model == "softmax") & summary.softmax_theory_valid].sort_values("prompt_length")
+    assert len(valid) >= 3, "fewer than 3 prompt lengths where the softmax leading order applies"
+    ratio = valid.set_index("prompt_length").scaled_excess_over_theory_mean
+    assert ratio.between(0.75, 1.05).all() and ratio.iloc[-1] > ratio.iloc[0], ratio
 
 
 def test_random_query_constants_match_the_closed_form():
     """L·E‖T_L − T_∞‖² at the largest L against E tr C = σ² D (1 − 2c)^{−D/2} (1 − c)/(1 − 2c)
-    (docs/theory.md#random-query-rate): the c-dependence of ``predicted`` is recomputed here (one σ² for every c of
-    the Gaussian sweep), and the measured constant's interval contains it where the estimator has finite variance
-    (c < 1/4)."""
+    (docs/theory.md#random-query-rate): ``predicted`` is recomputed here (the Gaussian sweep has σ² = c, U = I), and
+    the measured constant's interval contains it where the estimator has finite variance (c < 1/4)."""
     consts = table("concentration/asymptotic_constants.parquet")
     dim = params("concentration/asymptotic_constants.parquet")["concentration"]["dim"]
     rows = consts[(consts.measure == "gaussian") & (consts.metric == "output") & (consts.c < 0.5)]
     assert len(rows), "no Gaussian output constant with c < 1/2 in the paper run"
     shape = dim * (1 - 2 * rows.c) ** (-dim / 2) * (1 - rows.c) / (1 - 2 * rows.c)
     sigma_sq = rows.predicted / shape
-    assert np.allclose(sigma_sq, sigma_sq.iloc[0], rtol=1e2 * eps("float64")), pd.DataFrame({"c": rows.c, "sigma_sq": sigma_sq})
+    assert np.allclose(sigma_sq, rows.c, rtol=1e2 * eps("float64")), pd.DataFrame({"c": rows.c, "sigma_sq": sigma_sq})
     finite = rows[rows.c < 0.25]
     assert len(finite), "no Gaussian output constant with c < 1/4 in the paper run"
     for row in finite.itertuples():
@@ -93,7 +99,9 @@ def test_random_query_constants_match_the_closed_form():
 def test_fitted_exponents_have_their_predicted_values():
     """Output exponents: min(1, 1/(2c)) for Gaussian tokens, 1 for bounded measures (docs/theory.md#random-query-rate)."""
     exps = table("concentration/exponents.parquet")
-    out = exps[exps.metric == "output"]
+    out = exps[(exps.metric == "output") & (exps.statistic == "mean")]
+    median = exps[(exps.metric == "output") & (exps.statistic == "median")]
+    assert len(median) and np.allclose(median.predicted, 1.0), "the median's predicted exponent is 1 at every c"
     gaussian = out[out.measure == "gaussian"]
     assert np.allclose(gaussian.predicted, np.minimum(1.0, 1.0 / (2 * gaussian.c)), rtol=1e-12)
     bounded = out[out.measure != "gaussian"]
