@@ -2,6 +2,7 @@
 docs/reliability.md (between the marker comments, rewritten by ``campaign.py --write-docs``)."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +78,13 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _code(text: str) -> str:
+    """``text`` as one Markdown code span: fenced by more backticks than it holds in a row (CommonMark)."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if fence != "`" else ""
+    return f"{fence}{pad}{_cell(text)}{pad}{fence}"
+
+
 def table(results: list[FaultResult], header: str) -> str:
     """The Markdown table of the campaign, preceded by ``header`` (seed, trial counts, date)."""
     rows = [header, "", "| fault | trials | survived | data lost (must be 0) | message a user sees | notes |", "|---|---|---|---|---|---|"]
@@ -88,7 +96,7 @@ def table(results: list[FaultResult], header: str) -> str:
         notes = list(r.notes) + [f"{n}× {p}" for p, n in problems.most_common()]
         message = r.message()
         rows.append(f"| {_cell(r.title)} | {len(r.trials)} | {r.survived} | {r.lost} | "
-                    f"{'`' + _cell(message) + '`' if message else '(none)'} | {_cell('; '.join(notes))} |")
+                    f"{_code(message) if message else '(none)'} | {_cell('; '.join(notes))} |")
     return "\n".join(rows)
 
 

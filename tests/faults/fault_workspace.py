@@ -177,11 +177,12 @@ _ABBREVIATIONS = [
     (re.compile(r"/\S*/repo/"), ""),
     (re.compile(r"SLURM-job '\d+'"), "SLURM-job 'N'"),
     (re.compile(r"\(jobid \d+\)|jobid: \d+"), ""),
+    (re.compile(r"Elapsed time: [\d:.]+"), "Elapsed time: …"),
 ]
 
 
 def brief(line: str) -> str:
-    """A message line without the copy's path, long commands and job numbers."""
+    """A message line without the copy's path, long commands, job numbers and timings (so that trials compare)."""
     for pattern, repl in _ABBREVIATIONS:
         line = pattern.sub(repl, line)
     return line.strip()
