@@ -35,6 +35,7 @@ include: "workflow/rules/infinite.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/init_dependence.smk"
 include: "workflow/rules/transfer.smk"
+include: "workflow/rules/beyond_gaussian.smk"
 include: "workflow/rules/figures.smk"
 
 

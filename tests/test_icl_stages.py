@@ -19,6 +19,7 @@ from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.io.pipeline import Runtime, checkpoint_path
 from largeprompt.stages import trajectory_gap
+from largeprompt.icl import transfer_gaps
 from largeprompt.stages.bayes_risk import bayes_risk
 from largeprompt.stages.full_model_flow import full_model_flow
 from largeprompt.stages.make_icl_test_set import make_icl_test_set
@@ -284,13 +285,13 @@ def synthetic_gaps():
 
 def test_slopes_use_only_points_above_the_floor():
     gaps = synthetic_gaps()
-    row = trajectory_gap.slopes(gaps, floor_factor=3.0).iloc[0]
+    row = transfer_gaps.slopes(gaps, floor_factor=3.0).iloc[0]
     assert row["n_points_above_floor"] == 4
     assert row["fit_min_prompt_length"] == 10 and row["fit_max_prompt_length"] == 100
     assert_within(row["slope"], -0.5, 1e-12, "slope of an exact power law")
-    everything = trajectory_gap.slopes(gaps, floor_factor=0.0).iloc[0]
+    everything = transfer_gaps.slopes(gaps, floor_factor=0.0).iloc[0]
     assert everything["n_points_above_floor"] == 7 and abs(everything["slope"] + 0.5) > 0.1  # the floor bends the fit
 
 
 def test_slopes_count_all_ok_points():
-    assert trajectory_gap.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7
+    assert transfer_gaps.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7

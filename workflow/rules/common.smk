@@ -108,8 +108,15 @@ def longest_prompt():
     return max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
 
 
-# Config keys of the in-context task and of the R6 runs: what a training or flow job depends on.
-ICL_TASK = ("icl.dim", "icl.covariance_rho", "icl.task_variance", "icl.noise_variance")
+# Config keys of the in-context task and of the R6 runs: what a training or flow job depends on. The quadrature of
+# softmax's R∞ is used only with bounded covariates, so only then does it rerun anything.
+ICL_TASK = (
+    "icl.dim",
+    "icl.covariance_rho",
+    "icl.task_variance",
+    "icl.noise_variance",
+    "icl.token_measure",
+) + (() if config["icl"]["token_measure"] == "gaussian" else ("icl.quadrature",))
 TRAIN_RUNS = tuple(
     f"train.{k}"
     for k in (
@@ -130,6 +137,31 @@ TRAIN_RUNS = tuple(
         "dtype",
     )
 )
+
+
+# The isotropic task of section beyond_gaussian, and the keys of section train its R6 runs keep (the rest it overrides).
+BEYOND_TASK = (
+    "beyond_gaussian.dim",
+    "beyond_gaussian.task_variance",
+    "beyond_gaussian.noise_variance",
+    "beyond_gaussian.quadrature",
+)
+BEYOND_TRAIN = tuple(
+    k
+    for k in TRAIN_RUNS
+    if k.split(".")[1] not in config["beyond_gaussian"]["train"]
+    and k != "train.prompt_lengths"
+)
+
+
+def beyond_gaussian_runs(kind):
+    """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
+    section = config["beyond_gaussian"]
+    return expand(
+        results("beyond_gaussian/{measure}/" + kind + "_L{L}.parquet"),
+        measure=section["token_measures"],
+        L=section[kind]["prompt_lengths"],
+    )
 
 
 def full_model_flows():
@@ -176,6 +208,7 @@ FIGURES = [
     "training_vs_prompt_length",
     "init_dependence",
     "trajectory_transfer",
+    "beyond_gaussian",
 ]
 
 
@@ -193,4 +226,10 @@ def result_files(rules):
         + training_trajectories()
         + transfer_trajectories()
         + error_jobs()
+        + beyond_gaussian_runs("train")
+        + beyond_gaussian_runs("transfer")
+        + expand(
+            results("beyond_gaussian/{measure}/flows.parquet"),
+            measure=config["beyond_gaussian"]["token_measures"],
+        )
     )

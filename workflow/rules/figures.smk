@@ -17,6 +17,8 @@ localrules:
     plot_training_vs_prompt_length,
     plot_init_dependence,
     plot_trajectory_transfer,
+    summarize_beyond_gaussian,
+    plot_beyond_gaussian,
 
 
 rule plot_affine_limit:
@@ -287,3 +289,37 @@ rule plot_trajectory_transfer:
         run=RUN,
     script:
         "../scripts/plot_trajectory_transfer.py"
+
+
+rule plot_beyond_gaussian:
+    input:
+        **{
+            t: results(f"beyond_gaussian/{t}.parquet")
+            for t in ("prompt_lengths", "gaps", "slopes", "optima", "scale_profiles")
+        },
+        flows=expand(
+            results("beyond_gaussian/{measure}/flows.parquet"),
+            measure=config["beyond_gaussian"]["token_measures"],
+        ),
+    output:
+        pdf=figures("beyond_gaussian.pdf"),
+        png=report(
+            figures("beyond_gaussian.png"),
+            caption="../report/beyond_gaussian.rst",
+            category="R4 and R6 beyond Gaussian tokens",
+        ),
+    log:
+        logs("figures/beyond_gaussian.log"),
+    benchmark:
+        benchmarks("plot_beyond_gaussian.tsv")
+    conda:
+        ENV
+    threads: threads(compute=False)
+    resources:
+        mem_mb=700,
+        runtime=5,
+    params:
+        **code("plot_beyond_gaussian.py"),
+        run=RUN,
+    script:
+        "../scripts/plot_beyond_gaussian.py"

@@ -19,7 +19,7 @@ rule make_icl_test_set:
         runtime=5,
     params:
         **code("make_icl_test_set.py"),
-        **cfg("seed", "icl"),
+        **cfg("seed", *ICL_TASK, "icl.n_test"),
         max_prompt_length=longest_prompt(),
     script:
         "../scripts/make_icl_test_set.py"
@@ -43,6 +43,6 @@ rule bayes_risk:
         runtime=5,
     params:
         **code("bayes_risk.py"),
-        **cfg("icl", "train.prompt_lengths"),
+        **cfg(*ICL_TASK, "icl.n_test", "train.prompt_lengths"),
     script:
         "../scripts/bayes_risk.py"

@@ -58,20 +58,22 @@ def gradient_flow(risk: Callable[[torch.Tensor], torch.Tensor], theta0, times, r
 
 # --- the §6 Q/K/V/O model --------------------------------------------------------------------------
 
-def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11):
+def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], times, rtol=1e-9, atol=1e-11, risk=None):
     """Gradient flow on the closed-form R∞(Q, K, V, O) (docs/theory.md#full-model-infinite-prompt-risk) from
-    ``params0``, with its exact gradient and Hessian (:mod:`largeprompt.icl.full_model_risk`): (θ [T, P], R∞ [T])."""
-    risk = full_model_risk(task)
+    ``params0``, with its exact gradient and Hessian (:mod:`largeprompt.icl.full_model_risk`): (θ [T, P], R∞ [T]).
+    ``risk``: another R∞ with the same interface (:func:`largeprompt.icl.bounded_risk.limit_risk`)."""
+    risk = full_model_risk(task) if risk is None else risk
     theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
-    thetas = integrate_flow(risk.gradient, risk.hessian, theta0, times, rtol, atol)
+    thetas = integrate_flow(risk.gradient, risk.solver_hessian, theta0, times, rtol, atol)
     return thetas, risk.value(thetas)
 
 
-def full_model_gradient_descent(task: RegressionTask, params0: dict[str, torch.Tensor], lr: float, steps) -> np.ndarray:
+def full_model_gradient_descent(task: RegressionTask, params0: dict[str, torch.Tensor], lr: float, steps,
+                                risk=None) -> np.ndarray:
     """θ_k of plain gradient descent θ_{k+1} = θ_k − lr ∇R∞(θ_k) on the closed-form R∞ from ``params0``, at the
     step counts ``steps`` [S] (any order, repeats allowed): [S, P]. Its distance to :func:`full_model_flow` at
     t = lr·k is the Euler error of the step lr, which no prompt length removes (docs/theory.md#euler-floor)."""
-    risk = full_model_risk(task)
+    risk = full_model_risk(task) if risk is None else risk
     theta = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
     wanted = np.asarray(steps, dtype=np.int64)
     out = np.empty((len(wanted), theta.size))

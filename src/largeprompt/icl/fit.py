@@ -44,50 +44,58 @@ class Flow:
     kind: str  # flow_class.FLOW_CLASSES
 
 
-def schedules(cfg: TrainSettings, specs, flows: dict[int, Flow]) -> list[np.ndarray]:
+def flow_key(spec, flows: dict):
+    """The key of a run's own flow in ``flows``: (model, seed) where the two models' limits differ (bounded
+    covariates, docs/theory.md#bounded-token-risk), else the seed."""
+    return (spec.model, spec.seed) if (spec.model, spec.seed) in flows else spec.seed
+
+
+def schedules(cfg: TrainSettings, specs, flows: dict) -> list[np.ndarray]:
     """Each run's step sizes. A run whose flow drifts gets at most the step count of the longest other run
     (docs/experiments.md#drifting-runs); a constant lr that a flow says is unstable is warned about, naming the key."""
     decay = Decay(cfg.decay_start, cfg.decay_end, cfg.final_lr)
 
-    def schedule(seed, horizon):
-        flow = flows.get(seed)
+    def schedule(flow, horizon):
         return step_sizes(cfg.step_size_rule, cfg.lr, horizon, cfg.stability_fraction,
                           None if flow is None else (flow.times, flow.sharpness), decay)
 
-    seeds = sorted({s.seed for s in specs})
-    by_seed = {s: schedule(s, cfg.horizon) for s in seeds}
-    drifting = [s for s in seeds if s in flows and flows[s].kind == "drifts"]
-    steady = [len(by_seed[s]) for s in seeds if s not in drifting]
+    keys = sorted({flow_key(s, flows) for s in specs}, key=lambda k: k if isinstance(k, tuple) else ("", k))
+    own = {k: flows.get(k) for k in keys}
+    by_key = {k: schedule(own[k], cfg.horizon) for k in keys}
+    drifting = [k for k in keys if own[k] is not None and own[k].kind == "drifts"]
+    steady = [len(by_key[k]) for k in keys if k not in drifting]
     budget = max(steady) if steady else len(step_sizes("constant", cfg.lr, cfg.horizon))
-    for s in drifting:
-        if len(by_seed[s]) > budget:
-            print(f"seed {s}: its R∞ flow drifts; its {len(by_seed[s])} steps to t = {cfg.horizon:g} are cut at {budget}, "
-                  f"the longest other run, so it trains to t = {by_seed[s][:budget].sum():.4g}")
-            by_seed[s] = by_seed[s][:budget]
-    for s in seeds:
-        if s in flows and (margin := stability_margin(by_seed[s], flows[s].times, flows[s].sharpness)) >= 2.0:
-            times, sharp = flows[s].times, flows[s].sharpness
-            print(f"WARNING: config key 'train.lr' = {cfg.lr:g} is unstable for seed {s}: lr·sharpness of its "
+    for k in drifting:
+        if len(by_key[k]) > budget:
+            print(f"seed {k}: its R∞ flow drifts; its {len(by_key[k])} steps to t = {cfg.horizon:g} are cut at {budget}, "
+                  f"the longest other run, so it trains to t = {by_key[k][:budget].sum():.4g}")
+            by_key[k] = by_key[k][:budget]
+    for k in keys:
+        if own[k] is not None and (margin := stability_margin(by_key[k], own[k].times, own[k].sharpness)) >= 2.0:
+            times, sharp = own[k].times, own[k].sharpness
+            print(f"WARNING: config key 'train.lr' = {cfg.lr:g} is unstable for seed {k}: lr·sharpness of its "
                   f"R∞ flow reaches {margin:.3g} ≥ 2 (sharpness {sharp.max():.3g} at t = {times[sharp.argmax()]:g}; "
                   f"stable below lr = {2 / sharp.max():.3g}, or use train.step_size_rule: flow_sharpness)")
-    return [by_seed[s.seed] for s in specs]
+    return [by_key[flow_key(s, flows)] for s in specs]
 
 
 def train_runs(cfg: TrainSettings, task: RegressionTask, prompt_length: int, base_seed: int, test_set,
-               flows: dict[int, Flow], *, checkpoint, checkpoint_every: int, key_extra: dict, device,
-               progress=None) -> pd.DataFrame:
+               flows: dict, *, checkpoint, checkpoint_every: int, key_extra: dict, device,
+               progress=None, limits: dict | None = None) -> pd.DataFrame:
     """Every run of ``cfg`` at ``prompt_length`` trained to its horizon: the trajectory rows of all runs, with
     each run's largest lr·sharpness along its own flow in column ``stability_margin`` (NaN without a flow).
-    ``checkpoint`` (load/save, e.g. :class:`largeprompt.io.checkpoints.Checkpoint`) or None."""
+    ``checkpoint`` (load/save, e.g. :class:`largeprompt.io.checkpoints.Checkpoint`) or None; ``flows`` by seed or
+    (model, seed) (:func:`flow_key`); ``limits``: model → the R∞ its rows log (default the Gaussian closed form)."""
     specs = run_specs(cfg.models, cfg.seeds, cfg.replicate_seeds)
     sizes = schedules(cfg, specs, flows)
-    margins = {(s.model, s.seed, s.stream): stability_margin(lr, flows[s.seed].times, flows[s.seed].sharpness)
-               for s, lr in zip(specs, sizes) if s.seed in flows}
+    own = {s: flows.get(flow_key(s, flows)) for s in specs}
+    margins = {(s.model, s.seed, s.stream): stability_margin(lr, own[s].times, own[s].sharpness)
+               for s, lr in zip(specs, sizes) if own[s] is not None}
     if margins:
         print(f"largest lr·sharpness along the runs' own flows: {max(margins.values()):.3f} (stable below 2)")
     trainer = PromptLengthTrainer(task, specs, sizes, prompt_length=prompt_length, base_seed=base_seed,
                                   batch_size=cfg.batch_size, n_log=cfg.n_log, divergence_threshold=cfg.divergence_threshold,
-                                  dtype=cfg.dtype, device=device)
+                                  dtype=cfg.dtype, device=device, limits=limits)
     frame = trainer.run(test_set, checkpoint=checkpoint, checkpoint_every=checkpoint_every, key_extra=key_extra,
                         fatal_divergence=cfg.fatal_divergence, progress=progress)
     keys = zip(frame["model"], frame["seed"], frame["stream"])

@@ -102,6 +102,14 @@ class FullModelRisk:
         probe = theta[..., None, :] + (1j * COMPLEX_STEP) * np.eye(P)  # [..., P, P]: row j is θ + ih e_j
         return self.gradient(probe).imag / COMPLEX_STEP
 
+    def solver_risk(self) -> FullModelRisk:
+        """The R∞ whose Hessian steers an ODE solver and sets step sizes: this closed form itself."""
+        return self
+
+    def solver_hessian(self, theta: np.ndarray) -> np.ndarray:
+        """The Jacobian −∇²R the ODE solver of a flow is given: the exact Hessian here."""
+        return self.hessian(theta)
+
     def sharpness(self, theta: np.ndarray, batch: int = 64) -> np.ndarray:
         """λ_max(∇²R∞) [...] (docs/theory.md#sgd-stability), in batches of ``batch`` points to bound memory."""
         flat = theta.reshape(-1, theta.shape[-1])
@@ -110,5 +118,9 @@ class FullModelRisk:
 
 
 def full_model_risk(task) -> FullModelRisk:
-    """The :class:`FullModelRisk` of a :class:`largeprompt.icl.task.RegressionTask`."""
+    """The :class:`FullModelRisk` of a :class:`largeprompt.icl.task.RegressionTask` with Gaussian covariates (other
+    measures: :func:`largeprompt.icl.bounded_risk.limit_risk`, which knows that softmax and linear limits differ)."""
+    if getattr(task, "token_measure", "gaussian") != "gaussian":
+        raise ValueError(f"the closed-form R∞ is softmax's limit only for Gaussian covariates, not {task.token_measure}: "
+                         "use largeprompt.icl.bounded_risk.limit_risk(task, model, quadrature)")
     return FullModelRisk(task.covariance.numpy(), task.task_variance, task.noise_variance)

@@ -53,7 +53,7 @@ def decision_time(times, readout_determinant, end: int) -> float:
 
 def seed_row(risk: FullModelRisk, theta0: np.ndarray, times: np.ndarray, tol: dict, noise_variance: float) -> dict:
     """One seed's flow to 2T: its class at T and at 2T, its escape, and the quantities that might predict it."""
-    thetas = integrate_flow(risk.gradient, risk.hessian, theta0, times, **tol)
+    thetas = integrate_flow(risk.gradient, risk.solver_hessian, theta0, times, **tol)
     risks, det = risk.value(thetas), risk.readout_determinant(thetas)
     end = (len(times) - 1) // 2  # T
     kind, escape = classify_flow(times[: end + 1], risks[: end + 1], det[: end + 1], noise_variance)

@@ -102,31 +102,38 @@ def valley_optimum(covariance, task_variance: float, noise_variance: float) -> t
     return float(res.x), float(res.fun)
 
 
-def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> np.ndarray:
+def linear_attention_fixed_point(covariance, task_variance: float, noise_variance: float, prompt_length: int,
+                                 excess_kurtosis: float = 0.0) -> np.ndarray:
     """Γ* of linear attention ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ, with noisy labels (docs/theory.md#linear-attention-optimum).
 
-    Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ²)/L · I)⁻¹; τ² = 1 and σ = 0 give the noiseless fixed point of Zhang, Frei and Bartlett.
+    Γ* = ((1 + 1/L)Λ + (trΛ + σ²/τ² + κ₄)/L · I)⁻¹; τ² = 1 and σ = 0 give the noiseless fixed point of Zhang, Frei and
+    Bartlett. κ₄ ≠ 0 only for i.i.d. non-Gaussian coordinates, Λ = I (docs/theory.md#bounded-linear-optimum).
     """
     lam = np.asarray(covariance, dtype=np.float64)
     n = float(prompt_length)
-    shift = (np.trace(lam) + noise_variance / task_variance) / n
+    shift = (np.trace(lam) + noise_variance / task_variance + excess_kurtosis) / n
     return np.linalg.inv((1.0 + 1.0 / n) * lam + shift * np.eye(lam.shape[0]))
 
 
-def linear_attention_risk(gamma, covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
+def linear_attention_risk(gamma, covariance, task_variance: float, noise_variance: float, prompt_length: int,
+                          excess_kurtosis: float = 0.0) -> float:
     """Population risk of the linear-attention predictor ŷ = x_qᵀ Γ m̂, m̂ = (1/L) Σ yᵢxᵢ (docs/theory.md#linear-attention-optimum, general τ²).
 
     R(Γ) = tr(Γ M Γᵀ Λ) − 2τ² tr(Γ Λ²) + τ² tr Λ + σ², with
-    M = E m̂m̂ᵀ = τ²[Λ² + (Λ² + tr(Λ)Λ)/L] + σ²Λ/L.
+    M = E m̂m̂ᵀ = τ²[Λ² + (Λ² + tr(Λ)Λ + κ₄ I)/L] + σ²Λ/L (κ₄ for i.i.d. coordinates, Λ = I; docs/theory.md#bounded-linear-optimum).
     """
     lam = np.asarray(covariance, dtype=np.float64)
     g = np.asarray(gamma, dtype=np.float64)
     tau2, s2, n = float(task_variance), float(noise_variance), float(prompt_length)
     m = tau2 * (lam @ lam + (lam @ lam + np.trace(lam) * lam) / n) + s2 * lam / n
+    if excess_kurtosis:
+        m = m + tau2 * excess_kurtosis * np.eye(lam.shape[0]) / n
     return float(np.trace(g @ m @ g.T @ lam) - 2 * tau2 * np.trace(g @ lam @ lam) + tau2 * np.trace(lam) + s2)
 
 
-def optimal_linear_attention_risk(covariance, task_variance: float, noise_variance: float, prompt_length: int) -> float:
-    """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (docs/theory.md#linear-attention-optimum)."""
-    gamma = linear_attention_fixed_point(covariance, task_variance, noise_variance, prompt_length)
-    return linear_attention_risk(gamma, covariance, task_variance, noise_variance, prompt_length)
+def optimal_linear_attention_risk(covariance, task_variance: float, noise_variance: float, prompt_length: int,
+                                  excess_kurtosis: float = 0.0) -> float:
+    """min_Γ R(Γ) = R(Γ*): the best risk linear attention can reach at prompt length L (docs/theory.md#linear-attention-optimum);
+    for i.i.d. coordinates of excess kurtosis κ₄ (Λ = I), R(Γ*) = dτ²k/(L + k) + σ², k = d + 1 + κ₄ + σ²/τ²."""
+    gamma = linear_attention_fixed_point(covariance, task_variance, noise_variance, prompt_length, excess_kurtosis)
+    return linear_attention_risk(gamma, covariance, task_variance, noise_variance, prompt_length, excess_kurtosis)

@@ -2,6 +2,8 @@
 
 Tokens z = (x, y) ∈ R^D, D = d + 1, with x ~ N(0, Λ), y = βᵀx + σε, β ~ N(0, τ² I) per prompt.
 The query token is z_q = (x_q, 0) and its target is y_q = βᵀx_q + σε_q (docs/theory.md#icl-task).
+With ``token_measure`` rademacher or uniform, x has i.i.d. ±1 or U[−√3, √3] coordinates instead (Λ = I;
+docs/theory.md#bounded-token-risk); the query x_q is drawn from the same measure.
 
 Implemented as stated in docs/theory.md#icl-task. The authors' public generator differs
 (docs/experiments.md#authors-data-generator): it applies the
@@ -11,20 +13,30 @@ from __future__ import annotations
 
 import torch
 
-from largeprompt.core.seeding import standard_normal
-from largeprompt.maths.measures import toeplitz_covariance
+from largeprompt.core.seeding import random_bits, standard_normal, uniform
+from largeprompt.maths.measures import MEASURE_NAMES, SQRT3, toeplitz_covariance
+
+
+EXCESS_KURTOSIS = {"gaussian": 0.0, "rademacher": -2.0, "uniform": -1.2}  # κ₄ = E x⁴ − 3 of a unit-variance coordinate
 
 
 class RegressionTask:
-    """The in-context regression task (docs/theory.md#icl-task): Λ = ``covariance`` [d, d], τ² = ``task_variance``, σ² = ``noise_variance``."""
+    """The in-context regression task (docs/theory.md#icl-task): Λ = ``covariance`` [d, d], τ² = ``task_variance``,
+    σ² = ``noise_variance``, covariates from ``token_measure`` (Λ must be I unless it is gaussian)."""
 
-    def __init__(self, covariance, task_variance: float, noise_variance: float):
+    def __init__(self, covariance, task_variance: float, noise_variance: float, token_measure: str = "gaussian"):
+        if token_measure not in MEASURE_NAMES:
+            raise ValueError(f"unknown token measure {token_measure!r}; allowed: {', '.join(MEASURE_NAMES)}")
+        self.token_measure = token_measure
+        self.excess_kurtosis = EXCESS_KURTOSIS[token_measure]  # κ₄: what linear attention sees of the measure at finite L
         self.covariance = torch.as_tensor(covariance, dtype=torch.float64, device="cpu")  # Λ [d, d], host copy
         self.task_variance = float(task_variance)  # τ²
         self.noise_variance = float(noise_variance)  # σ²
         self.dim = self.covariance.shape[0]  # d
         self.token_dim = self.dim + 1  # D
         self._chol = torch.linalg.cholesky(self.covariance)  # Λ = C Cᵀ
+        if token_measure != "gaussian" and not torch.equal(self.covariance, torch.eye(self.dim, dtype=torch.float64)):
+            raise ValueError(f"{token_measure} covariates have i.i.d. unit-variance coordinates: the covariance must be I")
         self._templates = {}
 
     def _transform_parts(self, batch: int, dtype, device):
@@ -52,6 +64,8 @@ class RegressionTask:
         y = βᵀx + σ g_y in one pass, written straight into the token layout (x, y). The prompt is a
         [B, L, D] view of feature-major storage (strides (D(L+1), 1, L+1)).
         """
+        if self.token_measure != "gaussian":
+            return self._sample_bounded(batch, prompt_length, generator, dtype, device)
         d, L = self.dim, int(prompt_length)
         g = standard_normal((batch, L + 1, d + 1), generator, dtype, device)  # [B, L+1, D]
         beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
@@ -66,11 +80,29 @@ class RegressionTask:
         query[:, d] = 0.0  # z_q = (x_q, 0)
         return query, prompt, target, beta
 
+    def _sample_bounded(self, batch: int, prompt_length: int, generator, dtype, device):
+        """Rademacher or uniform covariates x [B, L+1, d], then the noise [B, L+1] and β [B, d] from the same
+        generator; y = βᵀx + σε; token L is the query (docs/theory.md#bounded-token-risk)."""
+        d, L = self.dim, int(prompt_length)
+        if self.token_measure == "rademacher":
+            x = (2 * random_bits((batch, L + 1, d), generator, device) - 1).to(dtype)
+        else:
+            x = SQRT3 * (2.0 * uniform((batch, L + 1, d), generator, dtype, device) - 1.0)
+        noise = standard_normal((batch, L + 1), generator, dtype, device)
+        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
+        y = (x @ beta.unsqueeze(-1)).squeeze(-1) + self.noise_variance**0.5 * noise  # [B, L+1]
+        tokens = torch.cat([x, y.unsqueeze(-1)], dim=-1)  # [B, L+1, D]
+        query = tokens[:, L].clone()
+        target = query[:, d].clone()
+        query[:, d] = 0.0
+        return query, tokens[:, :L], target, beta
+
 
 def regression_task(icl: dict) -> RegressionTask:
-    """The task of config section ``icl``: Λ_ij = covariance_rho^|i−j| in ``dim`` dimensions, τ², σ²."""
-    cov = toeplitz_covariance(int(icl["dim"]), float(icl["covariance_rho"]), dtype=torch.float64)
-    return RegressionTask(cov, icl["task_variance"], icl["noise_variance"])
+    """The task of config section ``icl``: Λ_ij = covariance_rho^|i−j| in ``dim`` dimensions, τ², σ², and its
+    ``token_measure`` (default gaussian; the bounded measures need covariance_rho = 0)."""
+    cov = toeplitz_covariance(int(icl["dim"]), float(icl.get("covariance_rho", 0.0)), dtype=torch.float64)
+    return RegressionTask(cov, icl["task_variance"], icl["noise_variance"], icl.get("token_measure", "gaussian"))
 
 
 def ridge_predictions(query: torch.Tensor, prompt: torch.Tensor, ridge: float) -> torch.Tensor:

@@ -19,9 +19,10 @@ from largeprompt.icl.task import RegressionTask, ridge_predictions
 QUERY_INDEX = -1
 
 
-def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, seed: int) -> pd.DataFrame:
-    """The long-format test set (module docstring)."""
-    gen = stream_generator(seed, "icl/test", 0)
+def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, seed: int, stream: str = "icl/test",
+                   counter: int = 0) -> pd.DataFrame:
+    """The long-format test set (module docstring), drawn from stream (seed, ``stream``, ``counter``)."""
+    gen = stream_generator(seed, stream, counter)
     query, prompt, target, beta = task.sample_with_tasks(n_test, max_prompt_length, gen)  # [N,D] [N,L,D] [N] [N,d]
     d, L = task.dim, max_prompt_length
     tokens = torch.cat([torch.cat([query[:, None, :d], target[:, None, None]], dim=-1), prompt], dim=1)  # [N, L+1, D]
@@ -65,8 +66,8 @@ def linear_optimum_errors(task: RegressionTask, test_set, prompt_length: int) ->
     query, prompt, target = test_set
     prompt = prompt[:, :prompt_length]
     lam = task.covariance.numpy()
-    gamma = torch.as_tensor(linear_attention_fixed_point(lam, task.task_variance, task.noise_variance, prompt_length),
-                            dtype=prompt.dtype)
+    gamma = torch.as_tensor(linear_attention_fixed_point(lam, task.task_variance, task.noise_variance, prompt_length,
+                                                         task.excess_kurtosis), dtype=prompt.dtype)
     moment = (prompt[..., -1:] * prompt[..., :-1]).mean(1)  # m̂ = (1/L) Σ yᵢxᵢ [N, d]
     return (torch.einsum("ni,ij,nj->n", query[:, :-1], gamma, moment) - target) ** 2
 
@@ -84,7 +85,7 @@ def reference_risks(task: RegressionTask, test_set, prompt_length: int, ridge: f
         "bayes_risk": float(bayes.mean()),
         "bayes_risk_se": float(bayes.std() / n**0.5),
         "optimal_linear_attention_risk": optimal_linear_attention_risk(lam, task.task_variance, task.noise_variance,
-                                                                       prompt_length),
+                                                                       prompt_length, task.excess_kurtosis),
         "optimal_linear_attention_test_risk": float(linear.mean()),
         "optimal_linear_attention_test_risk_se": float(linear.std() / n**0.5),
     }

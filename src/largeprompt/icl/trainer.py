@@ -21,7 +21,7 @@ class PromptLengthTrainer:
 
     def __init__(self, task: RegressionTask, specs: list[RunSpec], step_sizes: list[np.ndarray], *, prompt_length: int,
                  base_seed: int, batch_size: int, n_log: int, divergence_threshold: float, dtype: str = "float32",
-                 device="cpu"):
+                 device="cpu", limits: dict | None = None):
         self.task, self.specs, self.L, self.device = task, specs, int(prompt_length), device
         self.base_seed, self.batch_size, self.threshold = int(base_seed), int(batch_size), float(divergence_threshold)
         self.dtype = DTYPES[dtype]
@@ -29,6 +29,7 @@ class PromptLengthTrainer:
         self.clocks = [np.concatenate([[0.0], np.cumsum(s)]) for s in self.step_sizes]  # t_k, k = 0…K_r
         self.horizon = max(float(c[-1]) for c in self.clocks)
         self.n_log = int(n_log)
+        self.limits = limits or {}  # model → R∞ logged in its rows (default: the Gaussian closed form)
         runs = [initial_parameters(self.base_seed, s.seed, task.token_dim, dtype=self.dtype, device=device) for s in specs]
         self.stack = multirun.RunStack.from_parameters(runs, [s.model == "softmax" for s in specs])
         self.step = 0
@@ -82,7 +83,7 @@ class PromptLengthTrainer:
             k = min(self.step, len(self.step_sizes[r]))
             train = float(np.mean(self.window[r])) if self.window[r] else float("nan")
             self.rows[r].append(log_row(self.task, self.stack.run(r), k, float(self.clocks[r][k]), train,
-                                        float(test_loss), self.status[r]))
+                                        float(test_loss), self.status[r], self.limits.get(self.specs[r].model)))
             self.window[r] = []
             t = self.clocks[r][k]
             while self.next_log[r] <= self.n_log and self.horizon * self.next_log[r] / self.n_log <= t * (1 + 1e-12):

@@ -76,11 +76,17 @@ def test_losses(stack: multirun.RunStack, test_set) -> np.ndarray:
 
 
 def log_row(task: RegressionTask, params: dict[str, torch.Tensor], step: int, time: float, train_loss: float,
-            test_loss: float, status: str) -> dict:
-    """One trajectory row: losses, R∞ (closed form, float64), parameter summaries and θ."""
+            test_loss: float, status: str, limit=None) -> dict:
+    """One trajectory row: losses, R∞ (closed form, float64; or ``limit``'s value, e.g. the quadrature R∞ of
+    bounded covariates, :func:`largeprompt.icl.bounded_risk.limit_risk`), parameter summaries and θ."""
     as64 = {k: v.detach().to(device="cpu", dtype=torch.float64) for k, v in params.items()}
     with torch.no_grad():
-        risk = float(infinite_prompt_risk(task, *(as64[n] for n in models.PARAMETER_NAMES)))
+        if limit is None:
+            if task.token_measure != "gaussian":
+                raise ValueError(f"{task.token_measure} covariates: pass the R∞ to log (icl.bounded_risk.limit_risk)")
+            risk = float(infinite_prompt_risk(task, *(as64[n] for n in models.PARAMETER_NAMES)))
+        else:
+            risk = float(limit.value(models.flatten(as64).numpy()))
     row = {"step": int(step), "time": float(time), "train_loss": train_loss, "test_loss": float(test_loss),
            "infinite_prompt_risk": risk, "status": status}
     row.update(models.parameter_summaries(as64, task.token_dim))

@@ -12,7 +12,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 
-import torch
 from tqdm import tqdm
 
 from largeprompt.io.parquet_io import ResultFileError, plain
@@ -43,8 +42,10 @@ def progress(iterable: Iterable | None, desc: str, total: int | None = None, **k
 
 
 def set_threads(threads: int) -> None:
-    """Pin torch's intra-op threads so parallel jobs do not oversubscribe the cores."""
-    torch.set_num_threads(max(1, int(threads)))
+    """Pin torch's intra-op threads so parallel jobs do not oversubscribe the cores. Only where the stage uses torch
+    (it is imported by then): a figure job does not pay the two seconds of importing it."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(max(1, int(threads)))
 
 
 def keep_freed_memory() -> bool:

@@ -11,7 +11,7 @@ import torch
 from largeprompt.icl import models
 from largeprompt.icl.dynamics import full_model_flow as full_flow_path
 from largeprompt.icl.flow_class import classify_flow
-from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.training import initial_parameters
 from largeprompt.io.parquet_io import write_parquet
@@ -30,9 +30,9 @@ def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
     times = flow_times(params["train"]["horizon"], params["infinite"]["flow_points"])
     params0 = initial_parameters(params["seed"], seed, task.token_dim)
     tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
-    thetas, risks = full_flow_path(task, params0, times, **tol)
+    risk = limit_risk(task, "softmax", icl_quadrature(params["icl"]))  # the closed form for Gaussian covariates
+    thetas, risks = full_flow_path(task, params0, times, **tol, risk=risk)
     print(f"seed {seed}: R_inf from {risks[0]:.4f} to {risks[-1]:.6f} on t in [0, {times[-1]:g}]")
-    risk = full_model_risk(task)
     frame = pd.DataFrame({"seed": seed, "time": times, "infinite_prompt_risk": risks,
                           "sharpness": risk.sharpness(thetas), "readout_determinant": risk.readout_determinant(thetas)})
     summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), task.token_dim), task.token_dim)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from largeprompt.icl import models
-from largeprompt.icl.full_model_risk import full_model_risk
+from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.init_dependence import classification_times, seed_row
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.training import initial_parameters
@@ -29,7 +29,7 @@ def simulate_init_dependence(inputs, outputs, params, rule="simulate_init_depend
     """Write results/<run>/init_dependence/flows.parquet: one row per init seed (module docstring)."""
     cfg = settings_from(InitFlowSettings, params["init_dependence"], "init_dependence")
     task = regression_task(params["icl"])
-    risk = full_model_risk(task)
+    risk = limit_risk(task, "softmax", icl_quadrature(params["icl"]))
     times = classification_times(cfg.horizon)
     tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
     rows = []

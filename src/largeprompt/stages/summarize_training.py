@@ -180,7 +180,9 @@ def summarize_training(inputs, outputs, params, rule="summarize_training"):
     flows = pd.DataFrame([flow_row(read_parquet(p), task.noise_variance) for p in inputs["flows"]])
     trajectories = pd.concat([read_parquet(p) for p in inputs["trajectories"]], ignore_index=True)
     runs = run_table(trajectories, flows, bayes, cfg, task.noise_variance)
-    alpha, f_min = valley_optimum(task.covariance.numpy(), task.task_variance, task.noise_variance)
+    alpha, f_min = np.nan, np.nan  # softmax's leading-order optimum is derived for Gaussian covariates only
+    if task.token_measure == "gaussian":
+        alpha, f_min = valley_optimum(task.covariance.numpy(), task.task_variance, task.noise_variance)
     theory = {"noise_variance": task.noise_variance, "valley_correction": f_min, "valley_scale": alpha}
     rows = [prompt_length_row(g, trajectories[(trajectories["model"] == m) & (trajectories["prompt_length"] == L)],
                               bayes.loc[L], theory, cfg) for (m, L), g in runs.groupby(["model", "prompt_length"])]

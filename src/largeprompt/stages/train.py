@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
 from largeprompt.icl.fit import Flow, TrainSettings, train_runs
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import regression_task
@@ -40,7 +41,8 @@ def train(inputs, outputs, params, rule="train", runtime=DEFAULT_RUNTIME):
     frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device),
                        flows, checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every,
                        key_extra={"icl": params["icl"]}, device=device,
-                       progress=functools.partial(progress, None, desc=f"{rule} L={L}"))
+                       progress=functools.partial(progress, None, desc=f"{rule} L={L}"),
+                       limits=task_limits(task, icl_quadrature(params["icl"])))
     report_runs(frame, {s: f.kind for s, f in flows.items()}, runtime.status_rule, test_frame, L, task)
     write_parquet(frame, outputs["trajectories"],
                   provenance(rule, params, base_seed=base_seed, run_seeds=sorted(set(frame["seed"])), runtime=runtime))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from largeprompt.core.devices import dtype_of, resolve_device
+from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
 from largeprompt.icl.fit import TrainSettings, train_runs
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
@@ -30,7 +31,8 @@ def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAU
     checkpoint = Checkpoint(checkpoint_path(outputs["trajectories"]))
     frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device), {},
                        checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every, key_extra={"icl": params["icl"]},
-                       device=device, progress=functools.partial(progress, None, desc=f"{rule} L={L}"))
+                       device=device, progress=functools.partial(progress, None, desc=f"{rule} L={L}"),
+                       limits=task_limits(task, icl_quadrature(params["icl"])))
     report_runs(frame, {}, None, test_frame, L, task)
     write_parquet(frame, outputs["trajectories"],
                   provenance(rule, params, base_seed=base_seed, run_seeds=sorted(set(frame["seed"])), runtime=runtime))

@@ -1,0 +1,114 @@
+"""R4: how far finite-L training strays from the infinite-prompt flow, with the floors below which no prompt
+length can push it (docs/experiments.md#trajectory_transfer, docs/theory.md#trajectory-transfer,
+docs/theory.md#euler-floor).
+
+For the §6 transfer runs, the flow from each seed's initial weights is integrated at the runs' own logged times,
+on the R∞ of the run's model (:func:`largeprompt.icl.bounded_risk.limit_risk`: one closed form for Gaussian
+covariates, softmax's quadrature R∞ for bounded ones). Per run, ``sup_distance`` = sup_t ‖θ_L(t) − θ_∞(t)‖. Two parts
+of it do not fall with L:
+
+* the SGD noise: ``noise_floor`` at (model, L) is sup_t ‖θ_L(t) − θ'_L(t)‖ between the two batch streams of a
+  replicate seed (the same L and init); seeds without a replicate use the mean floor of the replicate seeds at
+  that (model, L);
+* the Euler error of the step lr: ``euler_floor`` per seed is sup_t ‖θ^GD_∞(t) − θ_∞(t)‖, plain gradient descent
+  with the runs' lr on R∞ against the flow.
+
+``floor`` is the larger of the two. The slope over L is a least-squares fit of log sup_distance on log L with one
+intercept per seed, over the points whose gap exceeds ``floor_factor`` × their floor.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from largeprompt.icl.dynamics import full_model_flow, full_model_gradient_descent
+from largeprompt.icl.training import initial_parameters
+from largeprompt.maths.rates import loglog_slope_by_group
+
+KEYS = ["model", "prompt_length", "seed"]
+
+
+def weights(rows: pd.DataFrame) -> np.ndarray:
+    """The weights θ [T, P] of trajectory rows (column ``theta``: one list per row, largeprompt.icl.models.flatten order)."""
+    return np.stack(rows["theta"].to_list())
+
+
+def flow_and_euler_floor(task, base_seed: int, seed: int, shared: pd.DataFrame, lr: float, tol: dict, risk=None):
+    """(θ_∞ at the run's logged times [T, P], the Euler floor sup_t ‖θ^GD_∞(t) − θ_∞(t)‖ of the step lr) on ``risk``
+    (default: the Gaussian closed form)."""
+    steps, times = shared["step"].to_numpy(), shared["time"].to_numpy()
+    if not np.allclose(times, lr * steps, rtol=1e-9, atol=0.0):
+        raise ValueError(f"trajectory gap: seed {seed}'s run is not constant-step SGD at transfer.lr = {lr} "
+                         "(its time is not lr·step), so its Euler floor is not the one of plain gradient descent")
+    init = initial_parameters(base_seed, seed, task.token_dim)
+    flow, _ = full_model_flow(task, init, times, **tol, risk=risk)
+    descent = full_model_gradient_descent(task, init, lr, steps, risk=risk)
+    return flow, float(np.linalg.norm(descent - flow, axis=1).max())
+
+
+def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: float, risks: dict | None = None) -> pd.DataFrame:
+    """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floors.
+    ``risks``: model → its R∞ (default: the Gaussian closed form for both)."""
+    rows, flows = [], {}
+    for (model, L, seed), g in runs.groupby(KEYS):
+        shared = g[g["stream"] == 0].sort_values("step")
+        risk = (risks or {}).get(model)
+        key = (id(risk), seed, tuple(shared["step"]))
+        if key not in flows:
+            flows[key] = flow_and_euler_floor(task, base_seed, int(seed), shared, lr, tol, risk)
+        flow, euler = flows[key]
+        gap = np.linalg.norm(weights(shared) - flow, axis=1).max()
+        other = g[g["stream"] > 0].sort_values("step")
+        floor = np.nan
+        if len(other) == len(shared):
+            floor = np.linalg.norm(weights(shared) - weights(other), axis=1).max()
+        rows.append({"experiment": "full_model", "model": model, "prompt_length": int(L), "seed": int(seed),
+                     "sup_distance": float(gap), "own_noise_floor": float(floor), "euler_floor": euler,
+                     "status": "diverged" if (g["status"] == "diverged").any() else "ok"})
+    gaps = pd.DataFrame(rows)
+    if gaps.empty:
+        return gaps.assign(noise_floor=[], floor=[])
+    shared_floor = gaps.groupby(["model", "prompt_length"])["own_noise_floor"].transform("mean")
+    gaps["noise_floor"] = gaps["own_noise_floor"].fillna(shared_floor)
+    gaps["floor"] = gaps[["noise_floor", "euler_floor"]].max(axis=1, skipna=False)
+    return gaps
+
+
+def reduced_gaps(reduced: pd.DataFrame) -> pd.DataFrame:
+    """The reduced model's sup-distance per (L, seed) (its whole run is the horizon); floor not measured."""
+    reduced = reduced[reduced["prompt_length"] > 0]
+    rows = [{"experiment": "reduced_model", "model": "softmax", "prompt_length": int(L), "seed": int(s),
+             "sup_distance": float(g["distance_to_flow"].max()), "own_noise_floor": np.nan, "euler_floor": np.nan,
+             "noise_floor": np.nan, "floor": np.nan, "status": "ok"}
+            for (L, s), g in reduced.groupby(["prompt_length", "seed"])]
+    return pd.DataFrame(rows)
+
+
+def slopes(gaps: pd.DataFrame, floor_factor: float, by=("experiment", "model")) -> pd.DataFrame:
+    """log-log slope of sup_distance against L per group ``by``, over points above floor_factor × floor
+    (the larger of the SGD-noise and Euler floors)."""
+    rows = []
+    for names, g in gaps[gaps["status"] == "ok"].groupby(list(by)):
+        above = g[~(g["sup_distance"] <= floor_factor * g["floor"])]  # NaN floor: not measured, kept
+        row = dict(zip(by, names if isinstance(names, tuple) else (names,)))
+        row.update({"n_points_above_floor": len(above), "n_points": len(g), "floor_factor": floor_factor,
+                    "fit_min_prompt_length": above["prompt_length"].min() if len(above) else np.nan,
+                    "fit_max_prompt_length": above["prompt_length"].max() if len(above) else np.nan})
+        if above["prompt_length"].nunique() >= 2:
+            row.update(loglog_slope_by_group(above["prompt_length"], above["sup_distance"], above["seed"]))
+            row.update(fit_line_ends(row))
+        rows.append(row)
+        print(f"{' '.join(str(row[k]) for k in by)}: "
+              f"{row.get('slope', np.nan):.3f} [{row.get('slope_lo', np.nan):.3f}, {row.get('slope_hi', np.nan):.3f}] "
+              f"over {len(above)}/{len(g)} points above {floor_factor}× floor")
+    return pd.DataFrame(rows)
+
+
+def fit_line_ends(fit: dict) -> dict:
+    """Ends of the fitted line (mean intercept over seeds) and of a slope −1 reference line through the fit's
+    geometric midpoint, at half its height, over the fitted L range: what the figure draws."""
+    lo, hi = float(fit["fit_min_prompt_length"]), float(fit["fit_max_prompt_length"])
+    line = lambda L: float(np.exp(fit["intercept"]) * L ** fit["slope"])  # noqa: E731
+    mid = np.sqrt(lo * hi)
+    return {"fit_gap_at_min": line(lo), "fit_gap_at_max": line(hi),
+            "reference_gap_at_min": 0.5 * line(mid) * mid / lo, "reference_gap_at_max": 0.5 * line(mid) * mid / hi}

@@ -1,0 +1,143 @@
+# R4 and R6 beyond Gaussian covariates (docs/experiments.md#beyond_gaussian): per token measure, the infinite-prompt
+# flows of both models, the R6 runs and the R4 transfer runs at each prompt length, then one summary. The protocol
+# (step sizes, status rule, floors) is that of sections `train` and `transfer`. Config section `beyond_gaussian`.
+
+
+wildcard_constraints:
+    measure="gaussian|rademacher|uniform",
+
+
+rule beyond_gaussian_flow:
+    output:
+        flows=results("beyond_gaussian/{measure}/flows.parquet"),
+    log:
+        logs("beyond_gaussian/{measure}/flows.log"),
+    benchmark:
+        benchmarks("beyond_gaussian_flow/{measure}.tsv")
+    cache: SHARE
+    conda:
+        ENV
+    threads: threads(compute=False)
+    resources:
+        mem_mb=1500,
+        runtime=30,
+    params:
+        **code("beyond_gaussian_flow.py"),
+        **cfg(
+            "seed",
+            *BEYOND_TASK,
+            "beyond_gaussian.flow_points",
+            "beyond_gaussian.train.seeds",
+            "beyond_gaussian.train.horizon",
+            "infinite.rtol",
+            "infinite.atol",
+        ),
+        token_measure=lambda w: w.measure,
+    script:
+        "../scripts/beyond_gaussian_flow.py"
+
+
+rule train_beyond_gaussian:
+    input:
+        flows=results("beyond_gaussian/{measure}/flows.parquet"),
+    output:
+        trajectories=results("beyond_gaussian/{measure}/train_L{L}.parquet"),
+    log:
+        logs("beyond_gaussian/{measure}/train_L{L}.log"),
+    benchmark:
+        benchmarks("train_beyond_gaussian/{measure}/L{L}.tsv")
+    wildcard_constraints:
+        L=r"\d+",
+    cache: SHARE
+    conda:
+        ENV
+    threads: threads()
+    resources:
+        **gpu_request(),
+        mem_mb=2000,
+        runtime=30,
+    params:
+        **code("train_beyond_gaussian.py"),
+        **cfg("seed", *BEYOND_TASK, "beyond_gaussian.n_test", "beyond_gaussian.train", *BEYOND_TRAIN),
+        token_measure=lambda w: w.measure,
+        prompt_length=lambda w: int(w.L),
+    script:
+        "../scripts/train_beyond_gaussian.py"
+
+
+rule transfer_beyond_gaussian:
+    output:
+        trajectories=results("beyond_gaussian/{measure}/transfer_L{L}.parquet"),
+    log:
+        logs("beyond_gaussian/{measure}/transfer_L{L}.log"),
+    benchmark:
+        benchmarks("transfer_beyond_gaussian/{measure}/L{L}.tsv")
+    wildcard_constraints:
+        L=r"\d+",
+    cache: SHARE
+    conda:
+        ENV
+    threads: threads()
+    resources:
+        **gpu_request(),
+        mem_mb=3000,
+        runtime=30,
+    params:
+        **code("transfer_beyond_gaussian.py"),
+        **cfg(
+            "seed",
+            *BEYOND_TASK,
+            "beyond_gaussian.n_test",
+            "beyond_gaussian.transfer",
+            "transfer.models",
+            "transfer.lr",
+            "transfer.horizon",
+        ),
+        token_measure=lambda w: w.measure,
+        prompt_length=lambda w: int(w.L),
+    script:
+        "../scripts/transfer_beyond_gaussian.py"
+
+
+rule summarize_beyond_gaussian:
+    input:
+        train=beyond_gaussian_runs("train"),
+        transfer=beyond_gaussian_runs("transfer"),
+    output:
+        multiext(
+            results("beyond_gaussian/"),
+            runs="runs.parquet",
+            prompt_lengths="prompt_lengths.parquet",
+            gaps="gaps.parquet",
+            slopes="slopes.parquet",
+            optima="optima.parquet",
+            scale_profiles="scale_profiles.parquet",
+        ),
+    log:
+        logs("beyond_gaussian/summarize_beyond_gaussian.log"),
+    benchmark:
+        benchmarks("summarize_beyond_gaussian.tsv")
+    cache: SHARE
+    conda:
+        ENV
+    threads: threads(compute=False)
+    resources:
+        mem_mb=1500,
+        runtime=10,
+    params:
+        **code("summarize_beyond_gaussian.py"),
+        **cfg(
+            "seed",
+            *BEYOND_TASK,
+            "beyond_gaussian.token_measures",
+            "beyond_gaussian.n_test",
+            "beyond_gaussian.train.prompt_lengths",
+            "infinite.rtol",
+            "infinite.atol",
+            "transfer.lr",
+            "transfer.floor_factor",
+            "train.trapped_loss_ratio",
+            "train.trapped_readout_fraction",
+        ),
+    script:
+        "../scripts/summarize_beyond_gaussian.py"
