@@ -121,8 +121,11 @@ class BoundedTokenRisk(FullModelRisk):
         U, u = _t(K) @ Q / math.sqrt(self.D), (O @ V)[..., 0, :]
         return Q, K, V, O, U, u
 
-    def value_and_gradient(self, theta: np.ndarray):
-        """(R∞ [...], ∇R∞ [..., P]) at θ [..., P] (real or complex)."""
+    def value(self, theta: np.ndarray) -> np.ndarray:
+        """R∞ [...] at θ [..., P] alone (the forward half of :meth:`value_and_gradient`)."""
+        return self._forward(theta)[0]
+
+    def _forward(self, theta: np.ndarray):
         d, s2, x, w, b, omega = self.d, self.sigma2, self.x, self.w, self.b, self.omega
         Q, K, V, O, U, u = self._parts(theta)
         Mx, my, ux, uy = U[..., :d, :d], U[..., d, :d], u[..., :d], u[..., d]
@@ -133,9 +136,14 @@ class BoundedTokenRisk(FullModelRisk):
         coef = ux[..., None, :, None] + uy[..., None, None, None] * b  # u_x,j + u_y b_k  [..., 1, d, K]
         g = coef * f - b * x[..., None]  # [..., N, d, K]
         mu, s = g @ omega, (g * g) @ omega  # [..., N, d]
-        c = s2 * uy[..., None] * ay[..., 0]  # [..., N]
-        S = mu.sum(-1) + c  # [..., N]
+        S = mu.sum(-1) + s2 * uy[..., None] * ay[..., 0]  # [..., N]
         risk = (S * S + (s - mu * mu).sum(-1)) @ w + s2
+        return risk, (Q, K, V, O, U, uy, ay, f, h, coef, g, mu, S)
+
+    def value_and_gradient(self, theta: np.ndarray):
+        """(R∞ [...], ∇R∞ [..., P]) at θ [..., P] (real or complex)."""
+        d, s2, x, w, b, omega = self.d, self.sigma2, self.x, self.w, self.b, self.omega
+        risk, (Q, K, V, O, U, uy, ay, f, h, coef, g, mu, S) = self._forward(theta)
         G = 2.0 * (S[..., None, None] - mu[..., None] + g) * (w[:, None, None] * omega)  # ∂R/∂g [..., N, d, K]
         E = G * coef * h  # ∂R/∂t
         grad_ax = E.sum(-1)  # [..., N, d]

@@ -37,7 +37,7 @@ def transfer_tables(params, trajectories: pd.DataFrame):
     lr = float(params["transfer"]["lr"])
     for measure, runs in trajectories.groupby("token_measure"):
         task = measure_task(section, measure)
-        risks = {m: limit_risk(task, m, icl_quadrature(section)) for m in ("softmax", "linear")}
+        risks = {m: limit_risk(task, m, icl_quadrature(section)) for m in runs["model"].unique()}
         parts.append(full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks).assign(token_measure=measure))
     gaps = pd.concat(parts, ignore_index=True)
     return gaps, slopes(gaps, float(params["transfer"]["floor_factor"]), by=("token_measure", "model"))
@@ -60,7 +60,8 @@ def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_ga
     for r in table.itertuples():
         print(f"{r.token_measure:10s} {r.model:8s} L={r.prompt_length:5d}: test {r.final_test_loss_mean:.4f} "
               f"[{r.final_test_loss_lo:.4f}, {r.final_test_loss_hi:.4f}] ok {r.n_ok}/{r.n_seeds} "
-              f"|U_xx| {r.attention_scale_mean:.3f}; R(Γ*) {r.optimal_linear_attention_risk:.4f}, Bayes {r.bayes_risk:.4f}")
+              f"|U_xx| {r.attention_scale_mean:.3f}; on the test prompts R(Γ*) {r.optimal_linear_attention_test_risk:.4f}, "
+              f"Bayes {r.bayes_risk:.4f}")
     prov = provenance(rule, params, base_seed=params["seed"], run_seeds=sorted(runs["seed"].unique()))
     for name, frame in (("runs", runs), ("prompt_lengths", table), ("gaps", gaps), ("slopes", fits), ("optima", optima),
                         ("scale_profiles", profiles)):

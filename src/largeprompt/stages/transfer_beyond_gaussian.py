@@ -10,8 +10,10 @@ from largeprompt.stages.train_transfer import TRANSFER_FIXED
 
 
 def transfer_beyond_gaussian(inputs, outputs, params, rule="transfer_beyond_gaussian", runtime=DEFAULT_RUNTIME):
-    """Write results/<run>/beyond_gaussian/<measure>/transfer_L{L}.parquet."""
+    """Write results/<run>/beyond_gaussian/<measure>/transfer_L{L}.parquet for every L, in turn."""
     overrides = params["beyond_gaussian"]["transfer"]
     section = {**params["transfer"], **overrides}
     cfg = settings_from(TrainSettings, dict(section, final_lr=section["lr"], **TRANSFER_FIXED), "transfer")
-    train_measure_runs(inputs, outputs, params, cfg, {}, rule, runtime, max(overrides["prompt_lengths"]))
+    for L, path in zip(overrides["prompt_lengths"], outputs["trajectories"]):
+        train_measure_runs(inputs, {"trajectories": path}, dict(params, prompt_length=L), cfg, {}, rule, runtime,
+                           max(overrides["prompt_lengths"]))
