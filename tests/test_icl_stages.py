@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import theta
-from largeprompt.icl import dynamics
+from largeprompt.icl import dynamics, transfer_gaps
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.risks import optimal_linear_attention_risk
 from largeprompt.icl.task import regression_task
@@ -19,7 +19,6 @@ from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.io.pipeline import Runtime, checkpoint_path
 from largeprompt.stages import trajectory_gap
-from largeprompt.icl import transfer_gaps
 from largeprompt.stages.bayes_risk import bayes_risk
 from largeprompt.stages.full_model_flow import full_model_flow
 from largeprompt.stages.make_icl_test_set import make_icl_test_set

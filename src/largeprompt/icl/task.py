@@ -16,7 +16,6 @@ import torch
 from largeprompt.core.seeding import random_bits, standard_normal, uniform
 from largeprompt.maths.measures import MEASURE_NAMES, SQRT3, toeplitz_covariance
 
-
 EXCESS_KURTOSIS = {"gaussian": 0.0, "rademacher": -2.0, "uniform": -1.2}  # κ₄ = E x⁴ − 3 of a unit-variance coordinate
 
 
