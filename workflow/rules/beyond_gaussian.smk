@@ -58,7 +58,13 @@ rule train_beyond_gaussian:
         runtime=30,
     params:
         **code("train_beyond_gaussian.py"),
-        **cfg("seed", *BEYOND_TASK, "beyond_gaussian.n_test", "beyond_gaussian.train", *BEYOND_TRAIN),
+        **cfg(
+            "seed",
+            *BEYOND_TASK,
+            "beyond_gaussian.n_test",
+            "beyond_gaussian.train",
+            *BEYOND_TRAIN,
+        ),
         token_measure=lambda w: w.measure,
         prompt_length=lambda w: int(w.L),
     script:

@@ -105,7 +105,9 @@ def transfer_runtime(prompt_length):
 
 def longest_prompt():
     """The test set's prompt length: the longest L trained (R6 or R4); shorter L read prefixes."""
-    return max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
+    return max(
+        [*config["train"]["prompt_lengths"], *config["transfer"]["prompt_lengths"]]
+    )
 
 
 # Config keys of the in-context task and of the R6 runs: what a training or flow job depends on. The quadrature of
@@ -158,7 +160,7 @@ def beyond_gaussian_runs(kind):
     """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
     section = config["beyond_gaussian"]
     return expand(
-        results("beyond_gaussian/{measure}/" + kind + "_L{L}.parquet"),
+        results(f"beyond_gaussian/{{measure}}/{kind}_L{{L}}.parquet"),
         measure=section["token_measures"],
         L=section[kind]["prompt_lengths"],
     )
