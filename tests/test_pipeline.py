@@ -54,7 +54,7 @@ def dry_run(work, *args, config=SMOKE):
 def test_smoke_dag_runs_end_to_end_into_its_own_run(smoke_run):
     work, _, _ = smoke_run
     pdfs = sorted((work / "figures" / "smoke").glob("*.pdf"))
-    assert len(pdfs) == 9
+    assert len(pdfs) == 10
     for pdf in pdfs:
         assert pdf.stat().st_size > 1000 and pdf.with_suffix(".png").exists()
     for log in (work / "logs" / "smoke").rglob("*.log"):
@@ -99,6 +99,7 @@ def _changed_config(work, folder, path, value) -> str:
 
 RATE_FIGURES = {"plot_output_concentration", "plot_gradient_concentration", "plot_rate_exponent"}
 TRAINING = {"train", "summarize_training", "plot_training_vs_prompt_length", "plot_trajectory_transfer"}
+BEYOND = {"summarize_beyond_gaussian", "plot_beyond_gaussian"}  # beyond_gaussian keeps train's lr and transfer's lr
 CHANGES = [
     (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "all"}),
     (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", "all"}),
@@ -108,9 +109,11 @@ CHANGES = [
     (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", "all"}),
     (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "all"}),  # the deprecated section
     (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "all"}),
-    (("train", "lr"), 0.2, {*TRAINING, "all"}),
+    (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, "all"}),
     (("train", "horizon"), 5, {"full_model_flow", *TRAINING, "all"}),
-    (("transfer", "lr"), 0.04, {"train_transfer", "trajectory_gap", "plot_trajectory_transfer", "all"}),
+    (("transfer", "lr"), 0.04, {"train_transfer", "trajectory_gap", "plot_trajectory_transfer", "transfer_beyond_gaussian",
+                                *BEYOND, "all"}),
+    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, "all"}),
     (("device",), "cpu", set()),
     (("threads_per_job",), 2, set()),
     (("train", "checkpoint_every"), 7, set()),
