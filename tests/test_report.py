@@ -34,7 +34,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIGS = [None, "smoke.yaml", "paper.yaml"]
 CAPTIONS = sorted(p for p in REPORT.glob("*.rst") if p.name != "workflow.rst")
 ORDER = ["affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
-         "trajectory_transfer", "balanced_flow", "training_vs_prompt_length", "init_dependence"]
+         "trajectory_transfer", "balanced_flow", "training_vs_prompt_length", "init_dependence", "beyond_gaussian"]
 CATEGORY = {"affine_limit": "R1 affine limit", "balanced_flow": "R5 balanced flow", "training_vs_prompt_length": "R6 training",
             "init_dependence": "R6 training", "trajectory_transfer": "R4 trajectory transfer"}
 # Labels of the team's notes, not of the paper (first letters bracketed so that a grep for those labels finds none here).
