@@ -125,7 +125,7 @@ def test_snakemake_refuses_invalid_config_before_any_job(tmp_path):
 def test_numbers_in_scientific_notation_are_read_as_numbers():
     """YAML 1.1 reads `1e-3` as a string; the config reads it as the number people mean."""
     config = _default()
-    overlay = yaml.safe_load("train:\n  lr: 1e-3\n  divergence_threshold: 1e4\ntransfer:\n  batch_size: 1e3\n")
+    overlay = yaml.safe_load("train:\n  lr: 1e-3\n  final_lr: 1e-4\n  divergence_threshold: 1e4\ntransfer:\n  batch_size: 1e3\n")
     assert isinstance(overlay["train"]["lr"], str)  # the YAML 1.1 behaviour this guards against
     for section, values in overlay.items():
         config[section].update(values)

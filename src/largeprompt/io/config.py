@@ -7,8 +7,11 @@ express (matching lengths, say) follow.
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -22,8 +25,18 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: str | Path) -> dict:
+    return copy.deepcopy(_parsed_schema(str(path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_schema(path: str) -> dict:
     with open(path) as fh:
         return yaml.safe_load(fh)
+
+
+@functools.lru_cache(maxsize=8)
+def _validator(path: str):
+    return jsonschema.Draft202012Validator(_parsed_schema(path))
 
 
 def _key(path) -> str:
@@ -59,9 +72,28 @@ def allowed_range(node: dict) -> str:
     return f"{kind} in {lo}, {hi}"
 
 
+def nan_errors(node, schema: dict, path=()) -> list[str]:
+    """One line per numeric value that is NaN, anywhere in the config: NaN compares false with every bound, so the
+    schema's minimum and maximum never reject it (docs/reliability.md#config-fuzzing)."""
+    if isinstance(node, float) and math.isnan(node):
+        return [f"config key '{_key(path)}' = NaN: not a number (allowed: {allowed_range(schema)})"]
+    lines = []
+    if isinstance(node, dict):
+        props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+        for key, value in node.items():
+            lines += nan_errors(value, props.get(key, {}), (*path, key))
+    elif isinstance(node, list):
+        items = schema.get("items", {}) if isinstance(schema, dict) else {}
+        for i, value in enumerate(node):
+            lines += nan_errors(value, items if isinstance(items, dict) else {}, (*path, i))
+    return lines
+
+
 def schema_errors(config: dict, schema: dict) -> list[str]:
     validator = jsonschema.Draft202012Validator(schema)
-    lines = []
+    lines = nan_errors(config, schema)
+    if lines:  # the schema's own messages about a NaN ("nan is not of type integer") would repeat these lines
+        return lines
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = _key(err.absolute_path)
         if err.validator == "required":
@@ -148,8 +180,30 @@ def cross_key_errors(config: dict) -> list[str]:
     return lines
 
 
-def _training_errors(config: dict) -> list[str]:
+def _step_size_errors(config: dict) -> list[str]:
+    """The decay cap of the ``flow_sharpness`` step sizes (icl.schedules.Decay): it starts before it ends, and it lowers
+    the step (the ``constant`` rule reads neither key)."""
     lines = []
+    for section, node in (("train", config.get("train", {})),):
+        if node.get("step_size_rule", "flow_sharpness") != "flow_sharpness":
+            continue
+        start, end = node.get("decay_start"), node.get("decay_end")
+        if start is not None and end is not None and not start < end:
+            lines.append(f"config keys '{section}.decay_start' = {start} and '{section}.decay_end' = {end}: the step decays "
+                         f"from lr at decay_start·T to final_lr at decay_end·T (allowed: decay_start < decay_end)")
+        lr, final = node.get("lr"), node.get("final_lr")
+        if lr is not None and final is not None and final > lr:
+            lines.append(f"config keys '{section}.final_lr' = {final} and '{section}.lr' = {lr}: the step would decay "
+                         f"upwards (allowed: final_lr ≤ lr)")
+    return lines
+
+
+def _training_errors(config: dict) -> list[str]:
+    lines = _step_size_errors(config)
+    dep = config.get("init_dependence", {})
+    if "n_folds" in dep and "n_seeds" in dep and dep["n_folds"] > dep["n_seeds"]:
+        lines.append(f"config keys 'init_dependence.n_folds' = {dep['n_folds']} and 'init_dependence.n_seeds' = "
+                     f"{dep['n_seeds']}: every fold needs a seed (allowed: n_folds ≤ n_seeds)")
     icl = config.get("icl", {})
     if icl.get("token_measure", "gaussian") != "gaussian" and icl.get("covariance_rho", 0.5) != 0:
         lines.append(f"config key 'icl.covariance_rho' = {icl.get('covariance_rho', 0.5)} with 'icl.token_measure' = "
@@ -195,7 +249,7 @@ def migrate_deprecated(config: dict, warn=None) -> bool:
 
 def check_config(config: dict, schema_path: str | Path) -> None:
     """Raise ConfigError listing every invalid key, or return None. Numeric strings are read as numbers first."""
-    schema = load_schema(schema_path)
+    schema = _parsed_schema(str(schema_path))  # read-only here: parsed once per process
     coerce_numbers(config, schema)
     lines = schema_errors(config, schema)
     if not lines:
