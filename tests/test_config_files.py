@@ -29,7 +29,7 @@ def test_a_bad_overlay_is_one_line_naming_the_file(tmp_path, text, expected):
 
 def test_check_config_merges_overlays_and_names_a_bad_key(tmp_path, capsys):
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
-    good.write_text("run: my-run\ntrain:\n  lr: 0.01\n")
+    good.write_text("run: my-run\ntrain:\n  lr: 0.1\n")
     bad.write_text("run: ../escape\n")
     check_config_files([good], BASE, SCHEMA)
     with pytest.raises(ConfigError, match=r"config key 'run' = \"../escape\""):
