@@ -11,11 +11,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from largeprompt.icl import models
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
-from largeprompt.icl.dynamics import full_model_flow
+from largeprompt.icl.dynamics import flow_table, full_model_flow
 from largeprompt.icl.flow_class import classify_flow
-from largeprompt.icl.run_status import StatusRule, final_loss, judge, readout
+from largeprompt.icl.run_status import StatusRule, judge, run_outcome
 from largeprompt.icl.task import RegressionTask
 from largeprompt.icl.training import initial_parameters
 from largeprompt.maths.rates import t_interval
@@ -36,19 +35,14 @@ def flow_rows(task: RegressionTask, model: str, seed: int, base_seed: int, times
     (0 for a closed form), the class of the flow and θ."""
     risk = limit_risk(task, model, quadrature)
     thetas, risks = full_model_flow(task, initial_parameters(base_seed, seed, task.token_dim), times, **tol, risk=risk)
-    sharp = risk.solver_risk().sharpness(thetas)
-    frame = pd.DataFrame({"model": model, "seed": int(seed), "time": times, "infinite_prompt_risk": risks,
-                          "sharpness": sharp, "readout_determinant": risk.readout_determinant(thetas)})
-    summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), task.token_dim), task.token_dim)
-                 for th in thetas]
-    frame = pd.concat([frame, pd.DataFrame(summaries)], axis=1)
+    frame = flow_table(risk, seed, times, thetas, risks, task.token_dim)
+    frame.insert(0, "model", model)
     frame["quadrature_error"] = np.nan
     checks = np.unique(np.linspace(0, len(times) - 1, QUADRATURE_CHECKS).round().astype(int))
     error = getattr(risk, "quadrature_error", lambda th: np.zeros(len(th)))
     frame.loc[checks, "quadrature_error"] = error(thetas[checks])
     frame["flow_class"], frame["flow_escape_time"] = classify_flow(times, risks, frame["readout_determinant"],
                                                                    task.noise_variance)
-    frame["theta"] = list(thetas)
     return frame
 
 
@@ -56,20 +50,9 @@ def run_outcomes(trajectories: pd.DataFrame, rule: dict, linear_optimum: dict) -
     """One row per R6 run: final test loss and R∞ (mean over the last tenth of its time), the attention scale
     ‖U_xx‖ and value weight u_y at its end, and its status within its (token_measure, model, L) by the §6 status rule
     (``rule``: config ``train.trapped_*``; ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
-    rows = []
-    for (measure, model, L, seed, stream), g in trajectories.groupby(
-            ["token_measure", "model", "prompt_length", "seed", "stream"]):
-        g = g.sort_values("step")
-        last = g.iloc[-1]
-        diverged = bool((g["status"] == "diverged").any())
-        rows.append({"token_measure": measure, "model": model, "prompt_length": int(L), "seed": int(seed),
-                     "stream": int(stream), "time": float(last["time"]), "diverged": diverged,
-                     "final_test_loss": float(last["test_loss"]) if diverged else final_loss(g["time"], g["test_loss"]),
-                     "final_infinite_prompt_risk": final_loss(g["time"], g["infinite_prompt_risk"]),
-                     "attention_scale": float(last["norm_U_xx"]), "u_y": float(last["u_y"]),
-                     "readout": float(readout(last["u_y"], last["norm_U_xx"])),
-                     "stability_margin": float(last["stability_margin"])})
-    runs = pd.DataFrame(rows)
+    keys = ("token_measure", "model", "prompt_length", "seed", "stream", "time", "norm_U_xx", "u_y", "stability_margin")
+    runs = pd.DataFrame([run_outcome(g, keys) for _, g in trajectories.groupby(list(keys[:5]))])
+    runs = runs.rename(columns={"norm_U_xx": "attention_scale"})
     parts = []
     for (measure, model, L), g in runs.groupby(["token_measure", "model", "prompt_length"]):
         status = StatusRule(float(rule["trapped_loss_ratio"][model]), float(rule["trapped_readout_fraction"]))

@@ -15,26 +15,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.bounded_risk import coordinate_cgf_derivatives
+from largeprompt.icl.bounded_risk import coordinate_cgf_derivatives, coordinate_rule
 
 PROFILE_NODES = 200  # 1-D Gauss-Legendre / Gauss-Hermite nodes of the profile: exact to round-off for c ≤ 10
 INFIMUM_ATTAINED = {"gaussian": True, "rademacher": True, "uniform": False}
 
 
-def coordinate_rule(measure: str, nodes: int = PROFILE_NODES):
-    """(points [n], weights [n]) of one unit-variance coordinate's law."""
-    if measure == "rademacher":
-        return np.array([-1.0, 1.0]), np.array([0.5, 0.5])
-    if measure == "uniform":
-        points, weights = np.polynomial.legendre.leggauss(nodes)
-        return np.sqrt(3.0) * points, weights / 2.0
-    points, weights = np.polynomial.hermite_e.hermegauss(min(nodes, 150))
-    return points, weights / weights.sum()
-
-
 def scale_profile(measure: str, dim: int, task_variance: float, noise_variance: float, scales) -> pd.DataFrame:
     """One row per attention scale c: ρ(c), the best value scale v*(c) and R*(c) = min_v R∞ (module docstring)."""
-    x, w = coordinate_rule(measure)
+    x, w = coordinate_rule(measure, PROFILE_NODES)
     c = np.asarray(scales, dtype=np.float64)[:, None]  # [S, 1]
     g, _ = coordinate_cgf_derivatives(measure, c * x)  # κ'(c x) [S, n]
     cross, power = (w * x * g).sum(-1), (w * g * g).sum(-1)

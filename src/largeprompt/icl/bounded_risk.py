@@ -18,16 +18,18 @@ analytic near the real axis), as for the Gaussian risk; θ is [..., P] in :func:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from largeprompt.icl.full_model_risk import COMPLEX_STEP, FullModelRisk, _mv, _t
+from largeprompt.icl.full_model_risk import COMPLEX_STEP, FullModelRisk, _t
+from largeprompt.maths.measures import SQRT3
 
-SQRT3 = math.sqrt(3.0)
-_SERIES = 0.1  # below this |x| the Langevin function and its derivative use their Taylor series (complex-safe)
-BOUNDED_MEASURES = ("rademacher", "uniform")
+# Below this |x| the Langevin function and its derivative use their Taylor series. The torch versions in
+# largeprompt.maths.measures compute in float64 only; these also take the complex arguments of the complex step.
+_SERIES = 0.1
 
 
 def _langevin_series(x):
@@ -67,19 +69,24 @@ def coordinate_cgf_derivatives(measure: str, t):
     raise ValueError(f"unknown token measure {measure!r}; allowed: gaussian, rademacher, uniform")
 
 
-def query_rule(measure: str, dim: int, nodes: int):
-    """(x_q nodes [N, d], weights [N]) integrating exactly over the query law: the 2^d corners (rademacher), tensor
-    Gauss–Legendre on [−√3, √3] (uniform), tensor Gauss–Hermite (gaussian, Λ = I); ``nodes`` per coordinate."""
+def coordinate_rule(measure: str, nodes: int):
+    """(points [n], weights [n]) integrating exactly over one unit-variance coordinate of ``measure``: the two points
+    ±1 (rademacher), Gauss–Legendre on [−√3, √3] (uniform), Gauss–Hermite (gaussian), ``nodes`` of them."""
     if measure == "rademacher":
-        points, weights = np.array([-1.0, 1.0]), np.array([0.5, 0.5])
-    elif measure == "uniform":
+        return np.array([-1.0, 1.0]), np.array([0.5, 0.5])
+    if measure == "uniform":
         points, weights = np.polynomial.legendre.leggauss(int(nodes))
-        points, weights = SQRT3 * points, weights / 2.0
-    elif measure == "gaussian":
-        points, weights = np.polynomial.hermite_e.hermegauss(int(nodes))
-        weights = weights / weights.sum()
-    else:
-        raise ValueError(f"unknown token measure {measure!r}; allowed: gaussian, rademacher, uniform")
+        return SQRT3 * points, weights / 2.0
+    if measure == "gaussian":
+        points, weights = np.polynomial.hermite_e.hermegauss(min(int(nodes), 150))  # more: the weights underflow
+        return points, weights / weights.sum()
+    raise ValueError(f"unknown token measure {measure!r}; allowed: gaussian, rademacher, uniform")
+
+
+def query_rule(measure: str, dim: int, nodes: int):
+    """(x_q nodes [N, d], weights [N]): the tensor product of :func:`coordinate_rule` over the d coordinates (the 2^d
+    corners for rademacher)."""
+    points, weights = coordinate_rule(measure, nodes)
     grid = np.stack(np.meshgrid(*([points] * dim), indexing="ij"), -1).reshape(-1, dim)  # [N, d]
     mass = np.prod(np.stack(np.meshgrid(*([weights] * dim), indexing="ij"), -1).reshape(-1, dim), axis=-1)  # [N]
     return grid, mass
@@ -116,10 +123,6 @@ class BoundedTokenRisk(FullModelRisk):
         self.x, self.w = query_rule(measure, dim, quadrature.query_nodes)  # [N, d], [N]
         self.b, self.omega = task_rule(task_variance, quadrature.task_nodes)  # [K], [K]
 
-    def _parts(self, theta):
-        Q, K, V, O = self.weights(theta)
-        U, u = _t(K) @ Q / math.sqrt(self.D), (O @ V)[..., 0, :]
-        return Q, K, V, O, U, u
 
     def value(self, theta: np.ndarray) -> np.ndarray:
         """R∞ [...] at θ [..., P] alone (the forward half of :meth:`value_and_gradient`)."""
@@ -127,7 +130,8 @@ class BoundedTokenRisk(FullModelRisk):
 
     def _forward(self, theta: np.ndarray):
         d, s2, x, w, b, omega = self.d, self.sigma2, self.x, self.w, self.b, self.omega
-        Q, K, V, O, U, u = self._parts(theta)
+        weights = self.weights(theta)
+        U, u = self.attention(theta)
         Mx, my, ux, uy = U[..., :d, :d], U[..., d, :d], u[..., :d], u[..., d]
         ax = x @ _t(Mx)  # [..., N, d]
         ay = x @ my[..., :, None]  # [..., N, 1]
@@ -138,12 +142,12 @@ class BoundedTokenRisk(FullModelRisk):
         mu, s = g @ omega, (g * g) @ omega  # [..., N, d]
         S = mu.sum(-1) + s2 * uy[..., None] * ay[..., 0]  # [..., N]
         risk = (S * S + (s - mu * mu).sum(-1)) @ w + s2
-        return risk, (Q, K, V, O, U, uy, ay, f, h, coef, g, mu, S)
+        return risk, (weights, U, uy, ay, f, h, coef, g, mu, S)
 
     def value_and_gradient(self, theta: np.ndarray):
         """(R∞ [...], ∇R∞ [..., P]) at θ [..., P] (real or complex)."""
         d, s2, x, w, b, omega = self.d, self.sigma2, self.x, self.w, self.b, self.omega
-        risk, (Q, K, V, O, U, uy, ay, f, h, coef, g, mu, S) = self._forward(theta)
+        risk, (weights, U, uy, ay, f, h, coef, g, mu, S) = self._forward(theta)
         G = 2.0 * (S[..., None, None] - mu[..., None] + g) * (w[:, None, None] * omega)  # ∂R/∂g [..., N, d, K]
         E = G * coef * h  # ∂R/∂t
         grad_ax = E.sum(-1)  # [..., N, d]
@@ -155,14 +159,7 @@ class BoundedTokenRisk(FullModelRisk):
         grad_ux = Gf.sum((-1, -3))  # [..., d]
         grad_uy = (Gf @ b).sum((-1, -2)) + 2.0 * s2 * ((S * ay[..., 0]) @ w)
         grad_u = np.concatenate([grad_ux, grad_uy[..., None]], axis=-1)
-        return risk, self._chain(theta, Q, K, V, O, grad_U, grad_u)
-
-    def _chain(self, theta, Q, K, V, O, grad_U, grad_u):
-        """∇θ from ∇U and ∇u: ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ."""
-        batch = theta.shape[:-1]
-        grads = (K @ grad_U / math.sqrt(self.D), Q @ _t(grad_U) / math.sqrt(self.D),
-                 _t(O) * grad_u[..., None, :], _t(_mv(V, grad_u)[..., None]))
-        return np.concatenate([g.reshape(batch + (-1,)) for g in grads], axis=-1)
+        return risk, self.weight_gradient(theta.shape[:-1], weights, grad_U, grad_u)
 
     def hessian(self, theta: np.ndarray, chunk: int = 8) -> np.ndarray:
         """∇²R∞ [..., P, P] by the complex step, ``chunk`` probe directions at a time (memory ∝ chunk · N · d · K)."""
@@ -177,12 +174,17 @@ class BoundedTokenRisk(FullModelRisk):
     def sharpness(self, theta: np.ndarray, batch: int = 1) -> np.ndarray:
         return super().sharpness(theta, batch=batch)
 
+    @functools.cached_property
+    def _coarse(self) -> BoundedTokenRisk:
+        coarse = self.quadrature.coarse()
+        return self if coarse == self.quadrature else BoundedTokenRisk(self.measure, self.d, self.tau2, self.sigma2, coarse)
+
     def solver_risk(self) -> BoundedTokenRisk:
         """This R∞ on the coarse rule of :meth:`Quadrature.coarse`, for the ODE solver's Jacobian (it only steers the
         Newton iterations; the flow's accuracy comes from the gradient) and the sharpness that sets step sizes (which
-        keeps a stability margin of 1 − ``stability_fraction``): a tenth of the cost."""
-        coarse = self.quadrature.coarse()
-        return self if coarse == self.quadrature else BoundedTokenRisk(self.measure, self.d, self.tau2, self.sigma2, coarse)
+        keeps a stability margin of 1 − ``stability_fraction``): a tenth of the cost. Built once: the solver asks for its
+        Hessian at every Jacobian update."""
+        return self._coarse
 
     def solver_hessian(self, theta: np.ndarray) -> np.ndarray:
         return self.solver_risk().hessian(theta)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
@@ -66,6 +67,18 @@ def full_model_flow(task: RegressionTask, params0: dict[str, torch.Tensor], time
     theta0 = models.flatten({k: v.to(torch.float64) for k, v in params0.items()}).numpy()
     thetas = integrate_flow(risk.gradient, risk.solver_hessian, theta0, times, rtol, atol)
     return thetas, risk.value(thetas)
+
+
+def flow_table(risk, seed: int, times, thetas: np.ndarray, risks: np.ndarray, token_dim: int) -> pd.DataFrame:
+    """One row per flow time: R∞, the sharpness (of ``risk.solver_risk()``: the closed form itself, or the coarse rule
+    of bounded covariates), det(u_y M_x), the parameter norms and θ as a list (order of :func:`models.flatten`)."""
+    frame = pd.DataFrame({"seed": int(seed), "time": times, "infinite_prompt_risk": risks,
+                          "sharpness": risk.solver_risk().sharpness(thetas),
+                          "readout_determinant": risk.readout_determinant(thetas)})
+    summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), token_dim), token_dim) for th in thetas]
+    frame = pd.concat([frame, pd.DataFrame(summaries)], axis=1)
+    frame["theta"] = list(thetas)
+    return frame
 
 
 def full_model_gradient_descent(task: RegressionTask, params0: dict[str, torch.Tensor], lr: float, steps,

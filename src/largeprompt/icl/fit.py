@@ -35,6 +35,16 @@ class TrainSettings:
     dtype: str
 
 
+TRANSFER_FIXED = dict(step_size_rule="constant", stability_fraction=1.0, divergence_threshold=1e4, fatal_divergence=False,
+                      dtype="float64", decay_start=1.0, decay_end=1.0)  # plain SGD in float64 at the config's lr
+
+
+def transfer_section(section: dict) -> dict:
+    """The :class:`TrainSettings` fields of an R4 transfer section (``transfer``, or ``transfer`` overridden by
+    ``beyond_gaussian.transfer``): its keys plus plain constant-step SGD in float64 (docs/experiments.md#trajectory_transfer)."""
+    return dict(section, final_lr=section["lr"], **TRANSFER_FIXED)
+
+
 @dataclass(frozen=True)
 class Flow:
     """What training reads from one seed's R∞ flow: its sharpness on the flow grid and its class."""

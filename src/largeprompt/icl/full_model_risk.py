@@ -85,10 +85,14 @@ class FullModelRisk:
         grad_ux = (_mv(Mx, g0) + _mv(_t(g1), my)) @ lam
         grad_uy = sigma2 * (g0 * my).sum(-1) + (g1 * MtL).sum((-1, -2)) + (g2 * my).sum(-1)
         grad_u = np.concatenate([grad_ux, grad_uy[..., None]], axis=-1)
-        batch = theta.shape[:-1]
-        grads = (K @ grad_U / math.sqrt(self.D), Q @ _t(grad_U) / math.sqrt(self.D),  # ∇Q, ∇K
-                 _t(O) * grad_u[..., None, :], _t(_mv(V, grad_u)[..., None]))  # ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ
-        return risk, np.concatenate([g.reshape(batch + (-1,)) for g in grads], axis=-1)
+        return risk, self.weight_gradient(theta.shape[:-1], (Q, K, V, O), grad_U, grad_u)
+
+    def weight_gradient(self, batch, weights, grad_U, grad_u) -> np.ndarray:
+        """∇θ [..., P] from ∇U and ∇u, U = KᵀQ/√D and u = VᵀOᵀ: ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ."""
+        Q, K, V, O = weights
+        grads = (K @ grad_U / math.sqrt(self.D), Q @ _t(grad_U) / math.sqrt(self.D),
+                 _t(O) * grad_u[..., None, :], _t(_mv(V, grad_u)[..., None]))
+        return np.concatenate([g.reshape(batch + (-1,)) for g in grads], axis=-1)
 
     def value(self, theta: np.ndarray) -> np.ndarray:
         return self.value_and_gradient(theta)[0]

@@ -43,6 +43,22 @@ def readout(u_y, norm_U_xx):
     return np.abs(np.asarray(u_y, dtype=np.float64)) * np.asarray(norm_U_xx, dtype=np.float64)
 
 
+def run_outcome(run: pd.DataFrame, keys) -> dict:
+    """Where one run ended, from its trajectory rows: the columns ``keys`` of its last row, its readout, whether it
+    diverged, and its final test loss and R∞ (:func:`final_loss`; where it blew up, for a diverged run)."""
+    run = run.sort_values("step")
+    last = run.iloc[-1]
+    row = {k: last[k] for k in keys}
+    row["readout"] = float(readout(last["u_y"], last["norm_U_xx"]))
+    row["diverged"] = bool((run["status"] == "diverged").any())
+    if row["diverged"]:
+        row["final_test_loss"], row["final_infinite_prompt_risk"] = float(last["test_loss"]), float(last["infinite_prompt_risk"])
+    else:
+        row["final_test_loss"] = final_loss(run["time"], run["test_loss"])
+        row["final_infinite_prompt_risk"] = final_loss(run["time"], run["infinite_prompt_risk"])
+    return row
+
+
 def judge(runs: pd.DataFrame, rule: StatusRule, theory_floor: float = np.inf) -> pd.DataFrame:
     """Status of the runs of one (model, L) (module docstring).
 

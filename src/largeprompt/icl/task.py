@@ -100,7 +100,7 @@ class RegressionTask:
 def regression_task(icl: dict) -> RegressionTask:
     """The task of config section ``icl``: Λ_ij = covariance_rho^|i−j| in ``dim`` dimensions, τ², σ², and its
     ``token_measure`` (default gaussian; the bounded measures need covariance_rho = 0)."""
-    cov = toeplitz_covariance(int(icl["dim"]), float(icl.get("covariance_rho", 0.0)), dtype=torch.float64)
+    cov = toeplitz_covariance(int(icl["dim"]), float(icl["covariance_rho"]), dtype=torch.float64)
     return RegressionTask(cov, icl["task_variance"], icl["noise_variance"], icl.get("token_measure", "gaussian"))
 
 

@@ -5,11 +5,9 @@ drifting-run cut and the summary read it."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
-import torch
 
-from largeprompt.icl import models
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
+from largeprompt.icl.dynamics import flow_table
 from largeprompt.icl.dynamics import full_model_flow as full_flow_path
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import regression_task
@@ -33,12 +31,7 @@ def full_model_flow(inputs, outputs, params, rule="full_model_flow"):
     risk = limit_risk(task, "softmax", icl_quadrature(params["icl"]))  # the closed form for Gaussian covariates
     thetas, risks = full_flow_path(task, params0, times, **tol, risk=risk)
     print(f"seed {seed}: R_inf from {risks[0]:.4f} to {risks[-1]:.6f} on t in [0, {times[-1]:g}]")
-    frame = pd.DataFrame({"seed": seed, "time": times, "infinite_prompt_risk": risks,
-                          "sharpness": risk.sharpness(thetas), "readout_determinant": risk.readout_determinant(thetas)})
-    summaries = [models.parameter_summaries(models.unflatten(torch.tensor(th), task.token_dim), task.token_dim)
-                 for th in thetas]
-    frame = pd.concat([frame, pd.DataFrame(summaries)], axis=1)
-    frame["theta"] = list(thetas)  # all weights, a list per row in the order of models.flatten (Q, K, V, O)
+    frame = flow_table(risk, seed, times, thetas, risks, task.token_dim)
     kind, escape = classify_flow(times, risks, frame["readout_determinant"], task.noise_variance)
     print(f"seed {seed}: largest sharpness {frame['sharpness'].max():.3g} at t = {frame.loc[frame['sharpness'].idxmax(), 'time']:g};"
           f" the flow {kind} (escape at t = {escape:.4g}, det(u_y M_x) = {frame['readout_determinant'].iloc[-1]:.3g} at T)")

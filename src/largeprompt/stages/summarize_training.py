@@ -16,7 +16,7 @@ import pandas as pd
 
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
-from largeprompt.icl.run_status import StatusRule, final_loss, judge, readout, split_modes
+from largeprompt.icl.run_status import StatusRule, judge, readout, run_outcome, split_modes
 from largeprompt.icl.task import regression_task
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import settings_from
@@ -52,16 +52,8 @@ def flow_row(flow: pd.DataFrame, noise_variance: float) -> dict:
 
 def run_row(run: pd.DataFrame, plateau: float) -> dict:
     """Final values and escape time of one run (its trajectory rows)."""
+    row = run_outcome(run, ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin"))
     run = run.sort_values("step")
-    last = run.iloc[-1]
-    row = {k: last[k] for k in ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin")}
-    row["readout"] = float(readout(last["u_y"], last["norm_U_xx"]))
-    row["diverged"] = bool((run["status"] == "diverged").any())
-    if row["diverged"]:  # the loss where it blew up
-        row["final_test_loss"], row["final_infinite_prompt_risk"] = float(last["test_loss"]), float(last["infinite_prompt_risk"])
-    else:
-        row["final_test_loss"] = final_loss(run["time"], run["test_loss"])
-        row["final_infinite_prompt_risk"] = final_loss(run["time"], run["infinite_prompt_risk"])
     row["escape_time"] = escape_time(run["time"], run["infinite_prompt_risk"], plateau)
     return row
 

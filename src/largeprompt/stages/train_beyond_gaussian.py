@@ -33,19 +33,20 @@ def load_measure_flows(path) -> dict:
             for (m, s), g in frame.sort_values("time").groupby(["model", "seed"])}
 
 
-def train_measure_runs(inputs, outputs, params, cfg, flows, rule, runtime, test_length: int):
-    """Train ``cfg``'s runs at this (measure, L) and write them: shared by the R6 and R4 rules of the stage."""
+def train_measure_runs(path, params, cfg, flows, rule, runtime, test_frame):
+    """Train ``cfg``'s runs at this (measure, L) and write them to ``path``: shared by the R6 and R4 rules of the stage
+    (``test_frame``: :func:`measure_test_set`, drawn once per job)."""
     section, L = params["beyond_gaussian"], int(params["prompt_length"])
     task = measure_task(section, params["token_measure"])
     device = resolve_device(runtime.device)
-    test = load_test_set(measure_test_set(params, task, test_length), L, dtype=dtype_of(cfg.dtype), device=device)
+    test = load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device)
     limits = {m: limit_risk(task, m, icl_quadrature(section)) for m in cfg.models}
-    checkpoint = Checkpoint(checkpoint_path(outputs["trajectories"]))
+    checkpoint = Checkpoint(checkpoint_path(path))
     frame = train_runs(cfg, task, L, int(params["seed"]), test, flows, checkpoint=checkpoint,
                        checkpoint_every=runtime.checkpoint_every, key_extra={"beyond_gaussian": section}, device=device,
                        progress=functools.partial(progress, None, desc=f"{rule} {task.token_measure} L={L}"), limits=limits)
     frame.insert(0, "token_measure", task.token_measure)
-    write_parquet(frame, outputs["trajectories"], provenance(rule, params, base_seed=params["seed"],
+    write_parquet(frame, path, provenance(rule, params, base_seed=params["seed"],
                                                              run_seeds=sorted(set(frame["seed"])), runtime=runtime))
     checkpoint.remove()
 
@@ -54,5 +55,6 @@ def train_beyond_gaussian(inputs, outputs, params, rule="train_beyond_gaussian",
     """Write results/<run>/beyond_gaussian/<measure>/train_L{L}.parquet."""
     overrides = params["beyond_gaussian"]["train"]
     cfg = settings_from(TrainSettings, {**params["train"], **overrides}, "train")
-    train_measure_runs(inputs, outputs, params, cfg, load_measure_flows(inputs["flows"]), rule, runtime,
-                       max(overrides["prompt_lengths"]))
+    task = measure_task(params["beyond_gaussian"], params["token_measure"])
+    train_measure_runs(outputs["trajectories"], params, cfg, load_measure_flows(inputs["flows"]), rule, runtime,
+                       measure_test_set(params, task, max(overrides["prompt_lengths"])))

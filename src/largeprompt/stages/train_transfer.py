@@ -7,7 +7,7 @@ import functools
 
 from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
-from largeprompt.icl.fit import TrainSettings, train_runs
+from largeprompt.icl.fit import TrainSettings, train_runs, transfer_section
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
 from largeprompt.io.checkpoints import Checkpoint
@@ -17,14 +17,10 @@ from largeprompt.io.provenance import provenance
 from largeprompt.io.runlog import progress
 from largeprompt.io.training_log import report_runs
 
-TRANSFER_FIXED = dict(step_size_rule="constant", stability_fraction=1.0, divergence_threshold=1e4, fatal_divergence=False,
-                      dtype="float64", decay_start=1.0, decay_end=1.0)  # plain SGD in float64 at the config's lr
-
 
 def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAULT_RUNTIME):
     """Write results/<run>/transfer/L{L}.parquet: the R4 runs at this L, constant lr."""
-    section = dict(params["transfer"], final_lr=params["transfer"]["lr"], **TRANSFER_FIXED)
-    cfg = settings_from(TrainSettings, section, "transfer")
+    cfg = settings_from(TrainSettings, transfer_section(params["transfer"]), "transfer")
     L, base_seed, task = int(params["prompt_length"]), int(params["seed"]), regression_task(params["icl"])
     device = resolve_device(runtime.device)
     test_frame = read_parquet(inputs["test_set"])

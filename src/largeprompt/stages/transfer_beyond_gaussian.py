@@ -3,17 +3,17 @@ section ``transfer`` (constant small lr, large batch, float64, a replicate seed 
 covariates of one measure, at the budget of ``beyond_gaussian.transfer``."""
 from __future__ import annotations
 
-from largeprompt.icl.fit import TrainSettings
+from largeprompt.icl.beyond_gaussian import measure_task
+from largeprompt.icl.fit import TrainSettings, transfer_section
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
-from largeprompt.stages.train_beyond_gaussian import train_measure_runs
-from largeprompt.stages.train_transfer import TRANSFER_FIXED
+from largeprompt.stages.train_beyond_gaussian import measure_test_set, train_measure_runs
 
 
 def transfer_beyond_gaussian(inputs, outputs, params, rule="transfer_beyond_gaussian", runtime=DEFAULT_RUNTIME):
     """Write results/<run>/beyond_gaussian/<measure>/transfer_L{L}.parquet for every L, in turn."""
     overrides = params["beyond_gaussian"]["transfer"]
-    section = {**params["transfer"], **overrides}
-    cfg = settings_from(TrainSettings, dict(section, final_lr=section["lr"], **TRANSFER_FIXED), "transfer")
+    cfg = settings_from(TrainSettings, transfer_section({**params["transfer"], **overrides}), "transfer")
+    task = measure_task(params["beyond_gaussian"], params["token_measure"])
+    test_frame = measure_test_set(params, task, max(overrides["prompt_lengths"]))  # every L reads a prefix of it
     for L, path in zip(overrides["prompt_lengths"], outputs["trajectories"]):
-        train_measure_runs(inputs, {"trajectories": path}, dict(params, prompt_length=L), cfg, {}, rule, runtime,
-                           max(overrides["prompt_lengths"]))
+        train_measure_runs(path, dict(params, prompt_length=L), cfg, {}, rule, runtime, test_frame)
