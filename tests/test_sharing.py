@@ -24,7 +24,7 @@ def test_an_overlay_under_a_new_run_name_recomputes_only_what_its_change_reaches
                 if p.stat().st_size > 0}
     figures = {p for p in computed if p.startswith("figures/")}
     assert computed - figures == {"affine_limit/simulate_affine_limit.log"}, computed  # the one job n_prompts reaches
-    assert len(figures) == 9  # every figure of the new run is drawn: each names its run
+    assert len(figures) == 10  # every figure of the new run is drawn: each names its run
     assert "from cache" in proc.stdout + proc.stderr
     mine, theirs = (work / "results" / run_name / "affine_limit" / "outputs.parquet" for run_name in ("shared", "smoke"))
     assert pd.read_parquet(mine)["prompt"].nunique() == 21 and pd.read_parquet(theirs)["prompt"].nunique() == 20

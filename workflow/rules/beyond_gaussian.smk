@@ -40,6 +40,7 @@ rule beyond_gaussian_flow:
 rule train_beyond_gaussian:
     input:
         flows=results("beyond_gaussian/{measure}/flows.parquet"),
+        linear_flows=results("beyond_gaussian/gaussian/flows.parquet"),
     output:
         trajectories=results("beyond_gaussian/{measure}/train_L{L}.parquet"),
     log:
@@ -75,14 +76,16 @@ rule train_beyond_gaussian:
 # about 4 s) costs as much as the training at the smallest L.
 rule transfer_beyond_gaussian:
     output:
-        trajectories=expand(
-            results("beyond_gaussian/{{measure}}/transfer_L{L}.parquet"),
-            L=config["beyond_gaussian"]["transfer"]["prompt_lengths"],
+        # multiext, not expand: Snakemake's between-run cache (--cache) stores a job of several outputs only so
+        trajectories=multiext(
+            results("beyond_gaussian/{measure}/transfer_"),
+            *transfer_files(),
         ),
     log:
         logs("beyond_gaussian/{measure}/transfer.log"),
     benchmark:
         benchmarks("transfer_beyond_gaussian/{measure}.tsv")
+    cache: SHARE
     conda:
         ENV
     threads: threads()

@@ -156,6 +156,13 @@ BEYOND_TRAIN = tuple(
 )
 
 
+def transfer_files():
+    """The endings of one measure's R4 files, one per L of beyond_gaussian.transfer: L{L}.parquet."""
+    return [
+        f"L{L}.parquet" for L in config["beyond_gaussian"]["transfer"]["prompt_lengths"]
+    ]
+
+
 def beyond_gaussian_runs(kind):
     """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
     section = config["beyond_gaussian"]
@@ -232,6 +239,6 @@ def result_files(rules):
         + beyond_gaussian_runs("transfer")
         + expand(
             results("beyond_gaussian/{measure}/flows.parquet"),
-            measure=config["beyond_gaussian"]["token_measures"],
+            measure={"gaussian", *config["beyond_gaussian"]["token_measures"]},
         )
     )

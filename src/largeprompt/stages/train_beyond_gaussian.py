@@ -26,11 +26,15 @@ def measure_test_set(params, task, max_prompt_length: int):
                           stream=f"{TEST_STREAM}/{task.token_measure}")
 
 
-def load_measure_flows(path) -> dict:
-    """(model, seed) → :class:`Flow` of the measure's flows file."""
-    frame = read_parquet(path, columns=["model", "seed", "time", "sharpness", "flow_class"])
-    return {(m, int(s)): Flow(g["time"].to_numpy(), g["sharpness"].to_numpy(), g["flow_class"].iloc[0])
-            for (m, s), g in frame.sort_values("time").groupby(["model", "seed"])}
+def load_measure_flows(softmax_path, linear_path) -> dict:
+    """(model, seed) → :class:`Flow`: softmax's flows from the measure's file, linear attention's from the gaussian one."""
+    flows = {}
+    for model, path in (("softmax", softmax_path), ("linear", linear_path)):
+        frame = read_parquet(path, columns=["model", "seed", "time", "sharpness", "flow_class"])
+        frame = frame[frame["model"] == model].sort_values("time")
+        flows.update({(model, int(s)): Flow(g["time"].to_numpy(), g["sharpness"].to_numpy(), g["flow_class"].iloc[0])
+                      for s, g in frame.groupby("seed")})
+    return flows
 
 
 def train_measure_runs(path, params, cfg, flows, rule, runtime, test_frame):
@@ -56,5 +60,5 @@ def train_beyond_gaussian(inputs, outputs, params, rule="train_beyond_gaussian",
     overrides = params["beyond_gaussian"]["train"]
     cfg = settings_from(TrainSettings, {**params["train"], **overrides}, "train")
     task = measure_task(params["beyond_gaussian"], params["token_measure"])
-    train_measure_runs(outputs["trajectories"], params, cfg, load_measure_flows(inputs["flows"]), rule, runtime,
+    train_measure_runs(outputs["trajectories"], params, cfg, load_measure_flows(inputs["flows"], inputs["linear_flows"]), rule, runtime,
                        measure_test_set(params, task, max(overrides["prompt_lengths"])))
