@@ -90,7 +90,10 @@ class RegressionTask:
         noise = standard_normal((batch, L + 1), generator, dtype, device)
         beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
         y = (x @ beta.unsqueeze(-1)).squeeze(-1) + self.noise_variance**0.5 * noise  # [B, L+1]
-        tokens = torch.cat([x, y.unsqueeze(-1)], dim=-1)  # [B, L+1, D]
+        stored = torch.empty(batch, d + 1, L + 1, dtype=dtype, device=device)  # feature-major, as the Gaussian draw
+        stored[:, :d] = x.mT
+        stored[:, d] = y
+        tokens = stored.mT  # [B, L+1, D]
         query = tokens[:, L].clone()
         target = query[:, d].clone()
         query[:, d] = 0.0
