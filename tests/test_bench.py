@@ -126,6 +126,40 @@ def test_the_paper_training_line_names_the_config_and_core_hours(monkeypatch):
     assert f"≈ {hours:.2f} core-hours" in text
 
 
+def test_the_paper_beyond_gaussian_stage_has_every_flow_run_and_transfer_job(monkeypatch, tmp_path):
+    """Section beyond_gaussian of config/paper.yaml: a flow job per measure (gaussian's always), an R6 job per
+    (measure, L) at the section's step count and n_test, one R4 job per measure summing its L, then the summary."""
+    fit = {"step": (1e-3, 5e-6), "test": (1e-2, 1e-5), "n_test": 1000}
+    tasks = []
+    monkeypatch.setattr(costs, "engine_costs", lambda section, quick, **k: tasks.append(k["task"]) or fit)
+    monkeypatch.setattr(costs, "_sliced", lambda rule, config, *a: (((2.0, 0.5)), None))
+    config = pipeline.paper_config()
+    b = config["beyond_gaussian"]
+    jobs, _ = costs.beyond_gaussian(config, tmp_path, quick=True)
+    by_stage = {}
+    for job in jobs:
+        by_stage.setdefault(job.stage, []).append(job)
+    measures = b["token_measures"]
+    assert len(by_stage["beyond_gaussian_flow"]) == len({"gaussian", *measures})
+    assert all(j.seconds == pytest.approx(len(b["train"]["seeds"]) * (2.0 + 0.5 * b["train"]["horizon"]))
+               for j in by_stage["beyond_gaussian_flow"])
+    r6 = by_stage["train_beyond_gaussian"]
+    assert [j.name for j in r6] == [f"train_beyond_gaussian measure={m} L={L}" for m in measures
+                                    for L in b["train"]["prompt_lengths"]]
+    steps = b["train"]["horizon"] / config["train"]["lr"]  # paper.yaml: the §6 constant step
+    L = b["train"]["prompt_lengths"][-1]
+    want = steps * (1e-3 + 5e-6 * L) + (b["train"]["n_log"] + 1) * b["n_test"] / 1000 * (1e-2 + 1e-5 * L)
+    assert r6[len(b["train"]["prompt_lengths"]) - 1].seconds == pytest.approx(want, rel=rounding_tolerance(10, 1.0))
+    assert all(j.after == ("beyond_gaussian_flow",) for j in r6)
+    transfer = {**config["transfer"], **b["transfer"]}
+    one = sum(transfer["horizon"] / transfer["lr"] * (1e-3 + 5e-6 * L)
+              + (transfer["n_log"] + 1) * b["n_test"] / 1000 * (1e-2 + 1e-5 * L) for L in transfer["prompt_lengths"])
+    assert [j.seconds for j in by_stage["transfer_beyond_gaussian"]] == pytest.approx([one] * len(measures))
+    assert [t["token_measure"] for t in tasks] == [m for m in measures for _ in range(2)]
+    assert all(t["dim"] == b["dim"] and t["covariance_rho"] == 0.0 for t in tasks)
+    assert by_stage["summarize_beyond_gaussian"][0].after == ("train_beyond_gaussian", "transfer_beyond_gaussian")
+
+
 def test_report_lines_have_one_line_per_stage_and_a_total():
     stages = [("data", [Job("make", "make", 3600.0)], "note"),
               ("training", [Job(f"t{i}", "train", 7200.0, ("make",)) for i in range(3)], "n")]

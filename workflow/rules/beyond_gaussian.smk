@@ -56,7 +56,7 @@ rule train_beyond_gaussian:
     resources:
         **gpu_request(),
         mem_mb=2000,
-        runtime=30,
+        runtime=lambda w: beyond_runtime("train", int(w.L)),
     params:
         **code("train_beyond_gaussian.py"),
         **cfg(
@@ -92,7 +92,7 @@ rule transfer_beyond_gaussian:
     resources:
         **gpu_request(),
         mem_mb=3000,
-        runtime=30,
+        runtime=beyond_runtime("transfer"),
     params:
         **code("transfer_beyond_gaussian.py"),
         **cfg(

@@ -80,9 +80,10 @@ def gpu_request():
     return {"gres": "gpu:1"} if config["device"] == "cuda" else {}
 
 
-def training_runtime(prompt_length):
-    """Cluster time limit (minutes) of one R6 training job, from the estimated step count."""
-    t = config["train"]
+def training_runtime(prompt_length, section=None):
+    """Cluster time limit (minutes) of one R6 training job, from the estimated step count (``section``: that of
+    the runs, default config section train)."""
+    t = section or config["train"]
     steps = estimated_steps(
         t["step_size_rule"],
         t["lr"],
@@ -94,13 +95,27 @@ def training_runtime(prompt_length):
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
 
 
-def transfer_runtime(prompt_length):
-    t = config["transfer"]
+def transfer_runtime(prompt_length, section=None):
+    t = section or config["transfer"]
     n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
     steps = estimated_steps("constant", t["lr"], t["horizon"]) * max(
         1, t["batch_size"] // 128
     )
     return estimated_runtime_minutes(steps, prompt_length, n_runs)
+
+
+def beyond_section(kind):
+    """Section ``train`` or ``transfer`` with the keys of ``beyond_gaussian.<kind>`` over it."""
+    return {**config[kind], **config["beyond_gaussian"][kind]}
+
+
+def beyond_runtime(kind, prompt_length=None):
+    """Cluster time limit (minutes) of a train_beyond_gaussian job at ``prompt_length``, or of a
+    transfer_beyond_gaussian job (every L in turn)."""
+    if kind == "train":
+        return training_runtime(prompt_length, beyond_section("train"))
+    section = beyond_section("transfer")
+    return sum(transfer_runtime(L, section) for L in section["prompt_lengths"])
 
 
 def longest_prompt():

@@ -195,12 +195,14 @@ def data(config, folder, quick) -> tuple[list[Job], str, float]:
     return jobs, f"n_test {sizes} → {n} at L = {longest}", at["load_test_set"]
 
 
-def training_jobs(section: dict, config: dict, costs: dict, stage: str, after=("make_icl_test_set",)) -> list[Job]:
-    """One job per L: steps x step(L) + (n_log + 1) test-loss passes on n_test prompts, from the fitted costs."""
+def training_jobs(section: dict, config: dict, costs: dict, stage: str, after=("make_icl_test_set",),
+                  n_test: int | None = None, label: str = "") -> list[Job]:
+    """One job per L: steps x step(L) + (n_log + 1) test-loss passes on n_test prompts (default: icl.n_test), from
+    the fitted costs; ``label`` goes between the stage and L in the job names."""
     steps = estimated_steps(section.get("step_size_rule", "constant"), section["lr"], section["horizon"],
                             section.get("stability_fraction", 1.0), section.get("final_lr", float("inf")))
-    scale = config["icl"]["n_test"] / costs["n_test"]
-    return [Job(f"{stage} L={L}", stage, steps * predict_linear(costs["step"], L)
+    scale = (n_test or config["icl"]["n_test"]) / costs["n_test"]
+    return [Job(f"{stage} {label}L={L}", stage, steps * predict_linear(costs["step"], L)
                 + (section["n_log"] + 1) * scale * predict_linear(costs["test"], L), after)
             for L in section["prompt_lengths"]]
 
@@ -211,7 +213,7 @@ MAX_TIMED_BATCH = 8192  # larger batches are timed at this size; the per-token c
 BURST_PROMPTS = 25 * 1024  # a batch above 1024 is timed in bursts of ≈ this many prompts (3 steps of 8192)
 
 
-def engine_costs(section: dict, quick: bool, lengths=(10, 100, 1000), dtype: str = "float32") -> dict:
+def engine_costs(section: dict, quick: bool, lengths=(10, 100, 1000), dtype: str = "float32", task: dict | None = None) -> dict:
     """Fitted a + b·L of the engine's step and of one test-loss pass (on n_test prompts) for ``section``'s runs.
 
     A batch above MAX_TIMED_BATCH is timed at that size and b scaled by batch / MAX_TIMED_BATCH (a step costs
@@ -221,8 +223,59 @@ def engine_costs(section: dict, quick: bool, lengths=(10, 100, 1000), dtype: str
     n_test, batch = 256 if quick else 1024, min(section["batch_size"], MAX_TIMED_BATCH)
     burst = 25 if batch <= 1024 else max(1, BURST_PROMPTS // batch)  # 25: training.STEP_BURST
     repeats = (5 if quick else 15) if batch <= 1024 else (3 if quick else 5)
+    extra = {"task": task} if task else {}  # default: the §6 task
     cpu = run_worker("train_costs", repeats=repeats, lengths=list(lengths), n_test=n_test, runs=runs,
-                     dtype=dtype, batch=batch, burst=burst)["cpu"]
+                     dtype=dtype, batch=batch, burst=burst, **extra)["cpu"]
     a, b = fit_linear(lengths, [cpu[f"step{L}"] for L in lengths])
     return {"step": (a, b * section["batch_size"] / batch),
             "test": fit_linear(lengths, [cpu[f"test{L}"] for L in lengths]), "n_test": n_test}
+
+
+def beyond_task(config: dict, measure: str) -> dict:
+    """The isotropic task of section beyond_gaussian with covariates of ``measure``, as a section ``icl``."""
+    b = config["beyond_gaussian"]
+    return {"dim": b["dim"], "covariance_rho": 0.0, "task_variance": b["task_variance"],
+            "noise_variance": b["noise_variance"], "token_measure": measure}
+
+
+def beyond_flow(config, folder, quick, measure) -> Job:
+    """beyond_gaussian_flow of one measure: one seed's flow timed at T/4 and T/2 (``quick``: T/16, T/8), flow points
+    ∝ T, extrapolated to T and multiplied by the seeds."""
+    b = config["beyond_gaussian"]
+    horizon, points, seeds = b["train"]["horizon"], b["flow_points"], b["train"]["seeds"]
+    sizes = [horizon * x for x in ([1 / 16, 1 / 8] if quick else [1 / 4, 1 / 2])]
+    cfg = with_values(config, token_measure=measure, beyond_gaussian__train__seeds=seeds[:1])
+    fit, _ = _sliced("beyond_gaussian_flow", cfg, folder / measure, sizes,
+                     lambda T: {"beyond_gaussian__train__horizon": T,
+                                "beyond_gaussian__flow_points": max(2, round(points * T / horizon))})
+    return Job(f"beyond_gaussian_flow measure={measure}", "beyond_gaussian_flow", len(seeds) * predict_linear(fit, horizon))
+
+
+def beyond_training(config, quick, measure) -> tuple[list[Job], Job]:
+    """One measure's R6 jobs (one per L) and its R4 job (every L in turn), from the engine's costs on its task."""
+    b, task = config["beyond_gaussian"], beyond_task(config, measure)
+    train = {**config["train"], **b["train"]}
+    fit = engine_costs(train, quick, dtype=train["dtype"], task=task)
+    r6 = training_jobs(train, config, fit, "train_beyond_gaussian", ("beyond_gaussian_flow",), b["n_test"],
+                       f"measure={measure} ")
+    transfer = {**config["transfer"], **b["transfer"], "dtype": "float64"}
+    fit = engine_costs(transfer, quick, dtype="float64", task=task)
+    r4 = training_jobs(transfer, config, fit, "transfer_beyond_gaussian", (), b["n_test"])
+    return r6, Job(f"transfer_beyond_gaussian measure={measure}", "transfer_beyond_gaussian", sum(j.seconds for j in r4))
+
+
+def beyond_gaussian(config, folder, quick) -> tuple[list[Job], str]:
+    """Section beyond_gaussian: per token measure its flows, R6 jobs and R4 job (the gaussian flows always: every
+    measure's linear runs read them), then the summary."""
+    b = config["beyond_gaussian"]
+    measures = b["token_measures"]
+    jobs = [beyond_flow(config, folder, quick, m) for m in dict.fromkeys(["gaussian", *measures])]
+    for measure in measures:
+        r6, r4 = beyond_training(config, quick, measure)
+        jobs += [*r6, r4]
+    jobs.append(Job("summarize_beyond_gaussian", "summarize_beyond_gaussian", 0.0,
+                    ("train_beyond_gaussian", "transfer_beyond_gaussian")))
+    t, r = b["train"], b["transfer"]
+    return jobs, (f"{len(measures)} measures, d = {b['dim']}: flows of 1 seed at T/4, T/2 → {len(t['seeds'])} seeds x "
+                  f"T = {t['horizon']:g}; R6 and R4 steps timed on each measure's task (R6: L {t['prompt_lengths']}, "
+                  f"R4: L {r['prompt_lengths']}, batch {r['batch_size']})")

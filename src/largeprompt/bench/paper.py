@@ -22,12 +22,13 @@ from largeprompt.bench.report import machine_description
 from largeprompt.bench.schedule import Job, critical_path, schedule
 
 FIGURES = ("affine_limit", "output_concentration", "gradient_concentration", "rate_exponent", "fixed_query_bound",
-           "balanced_flow", "training_vs_prompt_length", "init_dependence", "trajectory_transfer")
+           "balanced_flow", "training_vs_prompt_length", "init_dependence", "trajectory_transfer", "beyond_gaussian")
 FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("estimate_concentration_rates",),
                  "gradient_concentration": ("estimate_concentration_rates",), "rate_exponent": ("estimate_concentration_rates",),
                  "fixed_query_bound": ("fixed_query_bound",), "balanced_flow": ("balanced_flow",),
                  "training_vs_prompt_length": ("summarize_training", "summarize_init_dependence"),
-                 "init_dependence": ("summarize_init_dependence",), "trajectory_transfer": ("trajectory_gap", "train")}
+                 "init_dependence": ("summarize_init_dependence",), "trajectory_transfer": ("trajectory_gap", "train"),
+                 "beyond_gaussian": ("summarize_beyond_gaussian",)}
 
 
 def job_overhead_seconds() -> float:
@@ -72,6 +73,8 @@ def paper_stages(config: dict, folder: Path, quick: bool) -> list[tuple[str, lis
         jobs, note = estimate(config, folder / label.split()[0], quick)
         stages.append((label, jobs, note))
     stages += [training_stage(config, key, quick, load) for key in SECTIONS]
+    jobs, note = costs.beyond_gaussian(config, folder / "beyond_gaussian", quick)
+    stages.append(("beyond_gaussian (R4, R6 per token measure)", jobs, note))
     summary = Job("summarize_training", "summarize_training", 0.0, ("train", "full_model_flow", "bayes_risk"))
     plots = [Job(f"plot_{f}", "figures", 0.0, FIGURE_INPUTS[f]) for f in FIGURES]
     stages.append(("summaries and figures", [summary] + plots, "interpreter start and imports only"))

@@ -33,10 +33,11 @@ DEFAULT_RUNS = (["softmax", "linear"], [0, 1, 2], [1])  # config/config.yaml: 2 
 LR, MAX_STEPS = 1e-3, 100_000
 
 
-def engine(prompt_length: int, runs=PAPER_RUNS, dtype: str = "float32", batch_size: int = BATCH):
-    """One step of the stacked engine: ``advance`` of every batch stream, as in PromptLengthTrainer.run."""
+def engine(prompt_length: int, runs=PAPER_RUNS, dtype: str = "float32", batch_size: int = BATCH, task: dict = TASK):
+    """One step of the stacked engine: ``advance`` of every batch stream, as in PromptLengthTrainer.run (``task``:
+    a config section ``icl``, with its ``token_measure``)."""
     specs = run_specs(*runs)
-    trainer = PromptLengthTrainer(regression_task(TASK), specs, [np.full(MAX_STEPS, LR)] * len(specs),
+    trainer = PromptLengthTrainer(regression_task(task), specs, [np.full(MAX_STEPS, LR)] * len(specs),
                                   prompt_length=prompt_length, base_seed=0, batch_size=batch_size, n_log=1,
                                   divergence_threshold=1e4, dtype=dtype)
     groups = [(j, [r for r, s in enumerate(specs) if s.stream == j]) for j in sorted({s.stream for s in specs})]
@@ -110,13 +111,13 @@ def draw(prompt_length: int, dtype=torch.float32):
     return lambda: batch(task, 0, 0, next(counter), BATCH, prompt_length, dtype, "cpu")
 
 
-def test_set_loss(prompt_length: int, n_prompts: int, runs=PAPER_RUNS, dtype: str = "float32"):
+def test_set_loss(prompt_length: int, n_prompts: int, runs=PAPER_RUNS, dtype: str = "float32", task: dict = TASK):
     """One logging pass: every run's test loss on ``n_prompts`` held-out prompts (training.test_losses)."""
 
     specs, dtype = run_specs(*runs), DTYPES[dtype]
-    stack = RunStack.from_parameters([initial_parameters(0, s.seed, DIM, dtype=dtype) for s in specs],
+    stack = RunStack.from_parameters([initial_parameters(0, s.seed, int(task["dim"]) + 1, dtype=dtype) for s in specs],
                                      [s.model == "softmax" for s in specs])
-    test_set = regression_task(TASK).sample(n_prompts, prompt_length, stream_generator(0, "bench/test"), dtype=dtype)
+    test_set = regression_task(task).sample(n_prompts, prompt_length, stream_generator(0, "bench/test"), dtype=dtype)
     return lambda: test_losses(stack, test_set)
 
 
@@ -162,9 +163,9 @@ def worker(name: str, extra: dict, repeats: int) -> dict:
     if name == "train_costs":  # the engine's step and one test-loss pass at each L, for the cost of a config
         lengths, n_test = [int(x) for x in extra["lengths"]], int(extra.get("n_test", 1024))
         runs, dtype, batch_size = extra.get("runs", PAPER_RUNS), extra.get("dtype", "float32"), extra.get("batch", BATCH)
-        burst = int(extra.get("burst", STEP_BURST))
-        fns = {f"step{L}": _burst(engine(L, runs, dtype, batch_size), burst) for L in lengths}
-        fns |= {f"test{L}": test_set_loss(L, n_test, runs, dtype) for L in lengths}
+        burst, task = int(extra.get("burst", STEP_BURST)), extra.get("task", TASK)
+        fns = {f"step{L}": _burst(engine(L, runs, dtype, batch_size, task), burst) for L in lengths}
+        fns |= {f"test{L}": test_set_loss(L, n_test, runs, dtype, task) for L in lengths}
         out = interleaved_seconds(fns, repeats, warmup=1)
         for clock in out.values():
             clock.update({f"step{L}": clock[f"step{L}"] / burst for L in lengths})
