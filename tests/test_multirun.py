@@ -18,11 +18,18 @@ def _batch(L, B=16):
     return task.sample(B, L, stream_generator(3, "test/multirun"))
 
 
-@pytest.mark.parametrize("L", [1, 7, 40])
-def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L):
+@pytest.mark.parametrize("L, softmax, block", [
+    (1, [True, False, True, False], None), (7, [True, False, True, False], None), (40, [True, False, True, False], None),
+    (7, [False, False, False], None),  # linear runs only: read C = Σ zzᵀ/L, no rows
+    (7, [True, True], None),  # softmax runs only
+    (40, [False, True, True, False], 2 * 2 * 40 * 3),  # linear first (reordered), in blocks of 3 prompts
+])
+def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L, softmax, block, monkeypatch):
+    if block:
+        monkeypatch.setattr(multirun, "BLOCK_ELEMENTS", block)
+        assert len(multirun._blocks(16, 2, L)) == 6
     query, prompt, target = _batch(L)
-    runs = _runs(4, 4, stream_generator(4, "test/multirun/init"))
-    softmax = [True, False, True, False]
+    runs = _runs(len(softmax), 4, stream_generator(4, "test/multirun/init"))
     stack = multirun.RunStack.from_parameters(runs, softmax)
     loss, grads = multirun.loss_and_gradients(stack, query, prompt, target)
     for r, (params, soft) in enumerate(zip(runs, softmax)):
@@ -46,11 +53,15 @@ def test_a_zero_step_freezes_a_run_and_the_others_move():
     assert torch.equal(stack.Q[0], before[0]) and not torch.equal(stack.Q[1], before[1])
 
 
-def test_stacked_prediction_equals_single_run_prediction():
+@pytest.mark.parametrize("softmax, block", [([True, False, True], None), ([False, False], None), ([True], None),
+                                            ([False, True, False, True], 2 * 2 * 12 * 5)])
+def test_stacked_prediction_equals_single_run_prediction(softmax, block, monkeypatch):
+    if block:  # blocks of 5 prompts: 5, 5, 5, 1
+        monkeypatch.setattr(multirun, "BLOCK_ELEMENTS", block)
     query, prompt, _ = _batch(12)
-    runs = _runs(3, 4, stream_generator(6, "test/multirun/init"))
-    stack = multirun.RunStack.from_parameters(runs, [True, False, True])
+    runs = _runs(len(softmax), 4, stream_generator(6, "test/multirun/init"))
+    stack = multirun.RunStack.from_parameters(runs, softmax)
     got = multirun.predict(stack, query, prompt)  # [R, B]
-    for r, model in enumerate(["softmax", "linear", "softmax"]):
+    for r, model in enumerate("softmax" if soft else "linear" for soft in softmax):
         want = models.predict(runs[r], query, prompt, model)
         assert torch.allclose(got[r], want, rtol=0, atol=sum_tolerance(12 * 4, 1.0, torch.float64))

@@ -7,17 +7,19 @@ see the same query [B, D], prompt [B, L, D] and target [B]. Run r predicts
                            w_rbi = zᵇᵢ·u_r,    u_r = V_rᵀO_rᵀ,
 
 with p = softmax_i(s) (``softmax``) or s/L (``linear``) (docs/theory.md#full-model-infinite-prompt-risk).
-A step makes two passes over the prompt whatever R is (docs/experiments.md#training-protocol): one batched
-product rows @ promptᵀ gives every run's scores and values as rows [B, 2R, L] (contiguous in i, softmax
-runs first), and one product of those rows, re-weighted in place, with the prompt gives every moment:
+A step makes two passes over the prompt whatever R is (docs/experiments.md#training-protocol). Softmax runs:
+one batched product rows @ promptᵀ gives their scores and values as rows [B, 2S, L] (contiguous in i), and
+one product of those rows, re-weighted in place, with the prompt gives their moments. Linear runs are
+quadratic in the prompt: all they read from it is C = Σᵢ zᵢzᵢᵀ/L [B, D, D], one product for any number of them.
 
   softmax: with e = exp(s − max s), Z = Σᵢ eᵢ, m = Σᵢ eᵢzᵢ/Z and n = Σᵢ eᵢwᵢzᵢ/Z:
            ŷ = u·m,  ∇a_rb = g_rb (n − ŷ m),  ∇u_r = Σ_b g_rb m;
-  linear:  ŷ = a·Σᵢ wᵢzᵢ/L,  ∇a_rb = g_rb Σᵢ wᵢzᵢ/L,  ∇u_r = Σ_b g_rb Σᵢ sᵢzᵢ/L,
+  linear:  Σᵢ wᵢzᵢ/L = C u,  Σᵢ sᵢzᵢ/L = C a:  ŷ = a·Cu,  ∇a_rb = g_rb Cu,  ∇u_r = Σ_b g_rb C a,
 
 g_rb = ∂ℓ_r/∂ŷ_rb; then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ.
-Linear runs need no elementwise pass over the prompt, softmax runs three (max, exp, e·w). Large batches go
-through in blocks of prompts (BLOCK_ELEMENTS), so that the rows stay in cache and memory stays bounded.
+A marginal linear run costs O(B D²) per step, a marginal softmax run two rows and three elementwise passes
+(max, exp, e·w). Large batches go through in blocks of prompts (BLOCK_ELEMENTS), so that the rows stay in
+cache and memory stays bounded.
 Checked against autograd through the naive Q/K/V/O model (tests/test_multirun.py).
 """
 from __future__ import annotations
@@ -78,11 +80,12 @@ def _attention_in_order(stack: RunStack):
     return (U, u, back, S) if order is None else (U[order], u[order], back, S)
 
 
-def _rows(query, prompt, U, u):
-    """a [B, R, D] and the rows [B, 2R, L]: s_r = prompt a_r (r < R), then w_r = prompt u_r, in one batched product."""
+def _rows(query, prompt, U, u, S: int):
+    """a [B, R, D] and the softmax runs' rows [B, 2S, L]: s_r = prompt a_r (r < S), then w_r = prompt u_r, in one
+    batched product."""
     R, D, _ = U.shape
     a = (query @ U.reshape(R * D, D).T).view(-1, R, D)  # a_rb = U_r q_b
-    columns = torch.cat([a, u.expand_as(a)], dim=1)  # [B, 2R, D]
+    columns = torch.cat([a[:, :S], u[:S].expand(a.shape[0], S, D)], dim=1)  # [B, 2S, D]
     return a, columns @ prompt.mT
 
 
@@ -93,17 +96,42 @@ def _exponentiate(rows, S: int):
     return scores.sum(-1, keepdim=True)
 
 
-def _predict_block(rows, R: int, S: int, prompt_length: int):
-    """ŷ [B, R] of one block from its rows (softmax runs first); ``rows`` is overwritten."""
+def _second_moment(prompt):
+    """C = Σᵢ zᵢzᵢᵀ/L [B, D, D]: all that linear runs read from the prompt."""
+    return (prompt.mT @ prompt) / prompt.shape[1]
+
+
+def _linear_readout(a, u, C):
+    """Linear runs: ŷ = a·Cu [B, R'], and per unit ∂ℓ/∂ŷ the moments of ∇a (Σ w z/L = Cu) and ∇u (Σ s z/L = Ca)."""
+    Cu = (C @ u.T).mT  # [B, R', D]
+    return (a * Cu).sum(-1), Cu, a @ C  # C is symmetric
+
+
+def _softmax_readout(a, rows, prompt, u, S: int):
+    """Softmax runs: ŷ = u·m [B, S], and per unit ∂ℓ/∂ŷ the moments of ∇a (n − ŷm) and ∇u (m); ``rows`` is
+    overwritten."""
+    Z = _exponentiate(rows, S)
+    rows[:, S:].mul_(rows[:, :S])  # e·w
+    moments = rows @ prompt  # [B, 2S, D]: Σ e z, then Σ e w z
+    mean, tilted = moments[:, :S] / Z, moments[:, S:] / Z  # m, n
+    prediction = (mean * u).sum(-1)
+    return prediction, tilted - prediction.unsqueeze(-1) * mean, mean
+
+
+def _predict_block(query, prompt, U, u, S: int):
+    """ŷ [B, R] of one block (softmax runs first)."""
+    a, rows = _rows(query, prompt, U, u, S)
+    out = []
     if S:
         Z = _exponentiate(rows, S)
-        rows[:, :S].div_(Z)  # p = e/Z
-    rows[:, S:R].div_(prompt_length)  # p = s/L
-    return (rows[:, :R] * rows[:, R:]).sum(-1)  # Σ p w
+        out.append((rows[:, :S] * rows[:, S:]).sum(-1) / Z.squeeze(-1))  # Σ e w / Z
+    if S < U.shape[0]:
+        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
+    return torch.cat(out, dim=1)
 
 
 def _blocks(batch: int, n_runs: int, prompt_length: int):
-    """Slices of the batch whose rows [block, 2R, L] hold at most BLOCK_ELEMENTS numbers."""
+    """Slices of the batch whose rows [block, 2R, L] hold at most BLOCK_ELEMENTS numbers (R: the softmax runs)."""
     size = max(1, BLOCK_ELEMENTS // (2 * n_runs * max(1, prompt_length)))
     return [slice(start, start + size) for start in range(0, batch, size)]
 
@@ -112,48 +140,31 @@ def predict(stack: RunStack, query, prompt) -> torch.Tensor:
     """ŷ [R, B] of every run on one batch (a large test set goes through in blocks of prompts)."""
     U, u, back, S = _attention_in_order(stack)
     B, L, _ = prompt.shape
-    blocks = []
-    for rows_of in _blocks(B, U.shape[0], L):
-        _, rows = _rows(query[rows_of], prompt[rows_of], U, u)
-        blocks.append(_predict_block(rows, U.shape[0], S, L))
+    blocks = [_predict_block(query[rows_of], prompt[rows_of], U, u, S) for rows_of in _blocks(B, max(S, 1), L)]
     prediction = torch.cat(blocks, dim=0).T  # [R, B], softmax runs first
     return prediction if back is None else prediction[back]
 
 
-def _moments(query, prompt, U, u, S: int):
-    """a [B, R, D], the moments [B, 2R, D] (module doc: Σ e z, Σ s z, then Σ e w z, Σ w z) and Z [B, S, 1]."""
-    a, rows = _rows(query, prompt, U, u)
-    R = U.shape[0]
-    Z = None
-    if S:
-        Z = _exponentiate(rows, S)
-        rows[:, R : R + S].mul_(rows[:, :S])  # e·w
-    return a, rows @ prompt, Z
-
-
-def _readout_gradients(a, moments, Z, u, S: int, L: int):
+def _readout_gradients(query, prompt, U, u, S: int):
     """ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module doc)."""
-    R = u.shape[0]
-    first, second = moments[:, :R], moments[:, R:]  # (Σ e z, Σ s z), (Σ e w z, Σ w z)
-    linear_pred = (a[:, S:] * second[:, S:]).sum(-1) / L  # a·Σ w z / L
-    if not S:
-        return linear_pred, second / L, first / L
-    mean, tilted = first[:, :S] / Z, second[:, :S] / Z  # m, n
-    soft_pred = (mean * u[:S]).sum(-1)  # ŷ = u·m
-    prediction = torch.cat([soft_pred, linear_pred], dim=1)
-    for_a = torch.cat([tilted - soft_pred.unsqueeze(-1) * mean, second[:, S:] / L], dim=1)  # n − ŷm | Σ w z / L
-    for_u = torch.cat([mean, first[:, S:] / L], dim=1)  # m | Σ s z / L
-    return prediction, for_a, for_u
+    a, rows = _rows(query, prompt, U, u, S)
+    parts = []
+    if S:
+        parts.append(_softmax_readout(a[:, :S], rows, prompt, u[:S], S))
+    if S < U.shape[0]:
+        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt)))
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(torch.cat(x, dim=1) for x in zip(*parts))
 
 
 def _block_sums(query, prompt, target, U, u, S: int, batch: int):
     """One block's Σ_b ℓ_rb [R], Σ_b ∇a_rb q_bᵀ [R·D, D] and Σ_b ∇u_rb [R, D], for the batch mean over ``batch``."""
     R, D = u.shape
-    a, moments, Z = _moments(query, prompt, U, u, S)
-    prediction, for_a, for_u = _readout_gradients(a, moments, Z, u, S, prompt.shape[1])
+    prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S)
     residual = prediction - target.unsqueeze(-1)  # [b, R]
     g = ((2.0 / batch) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [b, R, 1]
-    grad_a = (for_a * g).view(-1, R * D)  # [b, R·D]
+    grad_a = (for_a * g).reshape(-1, R * D)  # [b, R·D]
     return (residual * residual).sum(0), grad_a.T @ query, (for_u * g).sum(0)
 
 
@@ -163,7 +174,7 @@ def loss_and_gradients(stack: RunStack, query, prompt, target):
     U, u, back, S = _attention_in_order(stack)
     R = U.shape[0]
     total = None
-    for rows_of in _blocks(B, R, L):
+    for rows_of in _blocks(B, max(S, 1), L):
         sums = _block_sums(query[rows_of], prompt[rows_of], target[rows_of], U, u, S, B)
         total = sums if total is None else [t + x for t, x in zip(total, sums)]
     loss, grad_U, grad_u = total
