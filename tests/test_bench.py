@@ -226,21 +226,22 @@ def test_the_engine_in_blocks_equals_the_engine_in_one_block(monkeypatch):
     import torch
 
     from largeprompt.core.seeding import stream_generator
-    from largeprompt.icl import models, multirun
+    from largeprompt.icl import models
+    from largeprompt.icl.engine import stacked
     from largeprompt.icl.task import RegressionTask
     from largeprompt.maths.measures import toeplitz_covariance
 
     B, L = 40, 30
     query, prompt, target = RegressionTask(toeplitz_covariance(3, 0.5), 0.5, 0.2).sample(B, L, stream_generator(1, "t"))
     gen = stream_generator(2, "t/init")
-    stack = multirun.RunStack.from_parameters([models.init_parameters(4, gen) for _ in range(3)], [False, True, False])
-    whole = multirun.loss_and_gradients(stack, query, prompt, target)
-    pred = multirun.predict(stack, query, prompt)
-    monkeypatch.setattr(multirun, "BLOCK_ELEMENTS", 2 * 3 * L * 7)  # blocks of 7 prompts: 6 blocks, the last of 5
-    assert len(multirun._blocks(B, 3, L)) == 6
-    blocked = multirun.loss_and_gradients(stack, query, prompt, target)
+    stack = stacked.RunStack.from_parameters([models.init_parameters(4, gen) for _ in range(3)], [False, True, False])
+    whole = stacked.loss_and_gradients(stack, query, prompt, target)
+    pred = stacked.predict(stack, query, prompt)
+    monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", 2 * 3 * L * 7)  # blocks of 7 prompts: 6 blocks, the last of 5
+    assert len(stacked._blocks(B, 3, L)) == 6
+    blocked = stacked.loss_and_gradients(stack, query, prompt, target)
     tol = rounding_tolerance(B * L * 4, 1.0 + float(whole[0].max()))  # sums of B·L products of O(1) factors
     assert torch.allclose(blocked[0], whole[0], rtol=0, atol=tol)
     for name in models.PARAMETER_NAMES:
         assert torch.allclose(blocked[1][name], whole[1][name], rtol=0, atol=tol), name
-    assert torch.allclose(multirun.predict(stack, query, prompt), pred, rtol=0, atol=tol)
+    assert torch.allclose(stacked.predict(stack, query, prompt), pred, rtol=0, atol=tol)

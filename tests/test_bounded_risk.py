@@ -109,16 +109,17 @@ def test_monte_carlo_over_queries_and_tasks(bounded):
 @pytest.mark.parametrize("measure", ["rademacher", "uniform"])
 def test_long_prompts_reach_the_quadrature_risk(measure):
     """Brute force of the finite-prompt softmax model at L = 20 000: its MSE is R∞ + O(1/L)."""
-    from largeprompt.icl import models, multirun
+    from largeprompt.icl import models
+    from largeprompt.icl.engine import stacked
     th = theta(10, 0.3)
     risk = BoundedTokenRisk(measure, D_X, TAU2, SIGMA2, Quadrature(10, 20))
     task = RegressionTask(np.eye(D_X), TAU2, SIGMA2, measure)
     params = models.unflatten(torch.tensor(th), D_X + 1)
-    stack = multirun.RunStack.from_parameters([params], [True])
+    stack = stacked.RunStack.from_parameters([params], [True])
     errors = []
     for block in range(8):
         q, p, y = task.sample(500, 20_000, torch.Generator().manual_seed(100 + block))
-        errors.append(((multirun.predict(stack, q, p)[0] - y) ** 2).numpy())
+        errors.append(((stacked.predict(stack, q, p)[0] - y) ** 2).numpy())
     err = np.concatenate(errors)
     se = err.std() / math.sqrt(err.size)
     # the O(1/L) finite-prompt excess at these small weights is below 5e-4 (it is ≈ v²(d + σ²)e^{‖a‖²}/L)

@@ -9,11 +9,11 @@ import torch
 
 from largeprompt.icl import models
 from largeprompt.icl.dynamics import full_model_flow
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.risks import infinite_prompt_risk
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import initial_parameters
 from tolerance import assert_within, gamma, infinite_prompt_risk_abs, ode_tolerance
 
 TASK = regression_task({"dim": 5, "covariance_rho": 0.5, "task_variance": 0.2, "noise_variance": 0.1})

@@ -10,11 +10,11 @@ import torch
 
 from helpers import theta
 from largeprompt.icl import dynamics, transfer_gaps
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.risks import optimal_linear_attention_risk
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
-from largeprompt.icl.training import initial_parameters
 from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.io.pipeline import Runtime, checkpoint_path

@@ -5,10 +5,10 @@ import pytest
 from scipy import stats
 
 from largeprompt.icl.dynamics import full_model_flow
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import initial_parameters
 from largeprompt.io.parquet_io import read_parquet
 from largeprompt.maths.classifiers import fit_stump, logistic_cv_accuracy, stump_cv_accuracy, wilson_interval
 from largeprompt.stages.simulate_init_dependence import simulate_init_dependence

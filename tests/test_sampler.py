@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from largeprompt.core.seeding import random_bits, standard_normal, stream_rng, uniform
+from largeprompt.icl.engine.runs import batch
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import batch
 from largeprompt.maths.attention import prompt_chunks
 from largeprompt.maths.concentration import repetition_block_errors, sweep_measure, tilt_scales
 from largeprompt.maths.measures import Gaussian, Rademacher, Uniform

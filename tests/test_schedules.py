@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from largeprompt.icl.fit import TrainSettings, schedules
+from largeprompt.icl.engine.protocol import TrainSettings, schedules
+from largeprompt.icl.engine.runs import run_specs
 from largeprompt.icl.schedules import constant_schedule, estimated_steps, flow_sharpness_schedule, stability_margin, step_sizes
-from largeprompt.icl.training import run_specs
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.stages import train
 from largeprompt.stages.make_icl_test_set import make_icl_test_set

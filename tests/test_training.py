@@ -10,11 +10,11 @@ import torch
 from helpers import theta
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
-from largeprompt.icl import trainer as trainer_module
+from largeprompt.icl.engine import loop as trainer_module
+from largeprompt.icl.engine.loop import PromptLengthTrainer
+from largeprompt.icl.engine.runs import RunSpec, TrainingDiverged, batch, initial_parameters, run_specs
 from largeprompt.icl.schedules import constant_schedule, flow_sharpness_schedule
 from largeprompt.icl.task import RegressionTask
-from largeprompt.icl.trainer import PromptLengthTrainer
-from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, run_specs
 from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet
 from largeprompt.maths.measures import toeplitz_covariance

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from largeprompt.icl.run_status import StatusRule, final_loss, judge, split_modes
+from largeprompt.icl.engine.status import StatusRule, final_loss, judge, split_modes
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.stages import summarize_training as ts
 from largeprompt.stages.summarize_training import SummarySettings, flow_row, prompt_length_row, run_row

@@ -1,9 +1,9 @@
 """Training benchmarks (docs/experiments.md#training-protocol): the engine's step against its floor and the
 naive step, the stacked engine against the single-run engine, and the cost of config/paper.yaml's training.
 
-The engine is :class:`largeprompt.icl.trainer.PromptLengthTrainer`: one step draws a batch per batch stream
-(:func:`largeprompt.icl.training.batch`) and advances every run of that stream with
-:func:`largeprompt.icl.multirun.loss_and_gradients` and the SGD update (``PromptLengthTrainer.advance``).
+The engine is :class:`largeprompt.icl.engine.loop.PromptLengthTrainer`: one step draws a batch per batch stream
+(:func:`largeprompt.icl.engine.runs.batch`) and advances every run of that stream with
+:func:`largeprompt.icl.engine.stacked.loss_and_gradients` and the SGD update (``PromptLengthTrainer.advance``).
 The single-run engine trains the same runs one at a time, each drawing its own batch, through
 :func:`largeprompt.icl.models.predict` and autograd.
 """
@@ -18,11 +18,11 @@ from largeprompt.bench.report import interleaved_seconds, line, peak_rss_mb, run
 from largeprompt.core.devices import DTYPES
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
-from largeprompt.icl.multirun import RunStack
+from largeprompt.icl.engine.loop import PromptLengthTrainer
+from largeprompt.icl.engine.runs import batch, initial_parameters, run_specs, test_losses
+from largeprompt.icl.engine.stacked import RunStack
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
-from largeprompt.icl.trainer import PromptLengthTrainer
-from largeprompt.icl.training import batch, initial_parameters, run_specs, test_losses
 from largeprompt.io.parquet_io import read_parquet
 
 PROMPT_LENGTH, BATCH, DIM = 1000, 128, 6

@@ -3,7 +3,7 @@ the task of each measure, the infinite-prompt flows of both models, and the outc
 
 Softmax's L = ∞ limit is the quadrature R∞ of :mod:`largeprompt.icl.bounded_risk` (the Gaussian closed form for
 Gaussian covariates); linear attention's is the Gaussian closed form for every measure. The runs are judged by the
-status rule of :mod:`largeprompt.icl.run_status`, as the §6 runs are.
+status rule of :mod:`largeprompt.icl.engine.status`, as the §6 runs are.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
 from largeprompt.icl.dynamics import flow_table, full_model_flow
+from largeprompt.icl.engine.runs import initial_parameters
+from largeprompt.icl.engine.status import StatusRule, judge, run_outcome
 from largeprompt.icl.flow_class import classify_flow
-from largeprompt.icl.run_status import StatusRule, judge, run_outcome
 from largeprompt.icl.task import RegressionTask
-from largeprompt.icl.training import initial_parameters
 from largeprompt.maths.rates import t_interval
 
 QUADRATURE_CHECKS = 5  # flow times at which the quadrature error is measured against the refined rule

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from largeprompt.icl.dynamics import full_model_flow, full_model_gradient_descent
-from largeprompt.icl.training import initial_parameters
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.maths.rates import loglog_slope_by_group
 
 KEYS = ["model", "prompt_length", "seed"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.run_status import StatusRule, final_loss, judge, readout
+from largeprompt.icl.engine.status import StatusRule, final_loss, judge, readout
 from largeprompt.icl.test_set import linear_optimum_errors, load_test_set
 
 

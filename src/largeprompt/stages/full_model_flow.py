@@ -9,9 +9,9 @@ import numpy as np
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.dynamics import flow_table
 from largeprompt.icl.dynamics import full_model_flow as full_flow_path
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import initial_parameters
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.io.provenance import provenance
 

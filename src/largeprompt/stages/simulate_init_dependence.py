@@ -8,9 +8,9 @@ import pandas as pd
 
 from largeprompt.icl import models
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
+from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.init_dependence import classification_times, seed_row
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training import initial_parameters
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.io.pipeline import settings_from
 from largeprompt.io.provenance import provenance

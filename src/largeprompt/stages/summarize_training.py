@@ -2,7 +2,7 @@
 the ok runs, their modes, the convergence check and the theory (docs/experiments.md#training_vs_prompt_length,
 docs/experiments.md#run-status).
 
-A run's status follows from its outcome (:mod:`largeprompt.icl.run_status`); the class of the R∞ flow from its
+A run's status follows from its outcome (:mod:`largeprompt.icl.engine.status`); the class of the R∞ flow from its
 initial weights (:mod:`largeprompt.icl.flow_class`) is recorded beside it as the explanation. Means and intervals
 are over the ``ok`` runs of the shared batch stream; replicate runs (another batch stream, same seed) give the
 SGD-noise part of the spread.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from largeprompt.icl.engine.status import StatusRule, judge, readout, run_outcome, split_modes
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
-from largeprompt.icl.run_status import StatusRule, judge, readout, run_outcome, split_modes
 from largeprompt.icl.task import regression_task
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import settings_from

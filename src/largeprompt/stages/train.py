@@ -7,7 +7,7 @@ import functools
 
 from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
-from largeprompt.icl.fit import Flow, TrainSettings, train_runs
+from largeprompt.icl.engine.protocol import Flow, TrainSettings, train_runs
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set

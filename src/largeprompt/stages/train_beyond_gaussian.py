@@ -8,7 +8,7 @@ import functools
 from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.icl.beyond_gaussian import measure_task
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
-from largeprompt.icl.fit import Flow, TrainSettings, train_runs
+from largeprompt.icl.engine.protocol import Flow, TrainSettings, train_runs
 from largeprompt.icl.test_set import load_test_set, test_set_frame
 from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, write_parquet

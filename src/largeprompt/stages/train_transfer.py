@@ -7,7 +7,7 @@ import functools
 
 from largeprompt.core.devices import dtype_of, resolve_device
 from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
-from largeprompt.icl.fit import TrainSettings, train_runs, transfer_section
+from largeprompt.icl.engine.protocol import TrainSettings, train_runs, transfer_section
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
 from largeprompt.io.checkpoints import Checkpoint

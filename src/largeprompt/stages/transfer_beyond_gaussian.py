@@ -4,7 +4,7 @@ covariates of one measure, at the budget of ``beyond_gaussian.transfer``."""
 from __future__ import annotations
 
 from largeprompt.icl.beyond_gaussian import measure_task
-from largeprompt.icl.fit import TrainSettings, transfer_section
+from largeprompt.icl.engine.protocol import TrainSettings, transfer_section
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.stages.train_beyond_gaussian import measure_test_set, train_measure_runs
 

@@ -20,7 +20,7 @@ g_rb = ∂ℓ_r/∂ŷ_rb; then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, 
 A marginal linear run costs O(B D²) per step, a marginal softmax run two rows and three elementwise passes
 (max, exp, e·w). Large batches go through in blocks of prompts (BLOCK_ELEMENTS), so that the rows stay in
 cache and memory stays bounded.
-Checked against autograd through the naive Q/K/V/O model (tests/test_multirun.py).
+Checked against autograd through the naive Q/K/V/O model (tests/test_stacked.py).
 """
 from __future__ import annotations
 

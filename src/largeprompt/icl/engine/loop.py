@@ -1,5 +1,5 @@
 """The training loop of one prompt length: all runs, stacked, with logging, divergence and checkpoints
-(docs/experiments.md#training-protocol; the pieces are in :mod:`largeprompt.icl.training`)."""
+(docs/experiments.md#training-protocol; the pieces are in :mod:`largeprompt.icl.engine.runs`)."""
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +11,9 @@ import pandas as pd
 import torch
 
 from largeprompt.core.devices import DTYPES
-from largeprompt.icl import multirun
+from largeprompt.icl.engine import stacked
+from largeprompt.icl.engine.runs import RunSpec, TrainingDiverged, batch, initial_parameters, log_row, test_losses
 from largeprompt.icl.task import RegressionTask
-from largeprompt.icl.training import RunSpec, TrainingDiverged, batch, initial_parameters, log_row, test_losses
 
 
 class PromptLengthTrainer:
@@ -31,7 +31,7 @@ class PromptLengthTrainer:
         self.n_log = int(n_log)
         self.limits = limits or {}  # model → R∞ logged in its rows (default: the Gaussian closed form)
         runs = [initial_parameters(self.base_seed, s.seed, task.token_dim, dtype=self.dtype, device=device) for s in specs]
-        self.stack = multirun.RunStack.from_parameters(runs, [s.model == "softmax" for s in specs])
+        self.stack = stacked.RunStack.from_parameters(runs, [s.model == "softmax" for s in specs])
         self.step = 0
         self.status = ["ok"] * len(specs)
         self.rows: list[list[dict]] = [[] for _ in specs]
@@ -98,7 +98,7 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        loss, grads = multirun.loss_and_gradients(sub, query, prompt, target)
+        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target)
         values = loss.double().cpu().numpy()
         diverged = []
         for r, value in zip(runs, values):

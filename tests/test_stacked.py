@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from largeprompt.core.seeding import stream_generator
-from largeprompt.icl import models, multirun
+from largeprompt.icl import models
+from largeprompt.icl.engine import stacked
 from largeprompt.icl.task import RegressionTask
 from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import sum_tolerance
@@ -26,12 +27,12 @@ def _batch(L, B=16):
 ])
 def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L, softmax, block, monkeypatch):
     if block:
-        monkeypatch.setattr(multirun, "BLOCK_ELEMENTS", block)
-        assert len(multirun._blocks(16, 2, L)) == 6
+        monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", block)
+        assert len(stacked._blocks(16, 2, L)) == 6
     query, prompt, target = _batch(L)
     runs = _runs(len(softmax), 4, stream_generator(4, "test/multirun/init"))
-    stack = multirun.RunStack.from_parameters(runs, softmax)
-    loss, grads = multirun.loss_and_gradients(stack, query, prompt, target)
+    stack = stacked.RunStack.from_parameters(runs, softmax)
+    loss, grads = stacked.loss_and_gradients(stack, query, prompt, target)
     for r, (params, soft) in enumerate(zip(runs, softmax)):
         leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
         want = models.mse(models.predict_naive(leaves, query, prompt, "softmax" if soft else "linear"), target)
@@ -46,10 +47,10 @@ def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L, softmax
 def test_a_zero_step_freezes_a_run_and_the_others_move():
     query, prompt, target = _batch(10)
     runs = _runs(2, 4, stream_generator(5, "test/multirun/init"))
-    stack = multirun.RunStack.from_parameters(runs, [True, True])
+    stack = stacked.RunStack.from_parameters(runs, [True, True])
     before = stack.Q.clone()
-    _, grads = multirun.loss_and_gradients(stack, query, prompt, target)
-    multirun.sgd_step(stack, grads, torch.tensor([0.0, 0.1], dtype=torch.float64))
+    _, grads = stacked.loss_and_gradients(stack, query, prompt, target)
+    stacked.sgd_step(stack, grads, torch.tensor([0.0, 0.1], dtype=torch.float64))
     assert torch.equal(stack.Q[0], before[0]) and not torch.equal(stack.Q[1], before[1])
 
 
@@ -57,11 +58,11 @@ def test_a_zero_step_freezes_a_run_and_the_others_move():
                                             ([False, True, False, True], 2 * 2 * 12 * 5)])
 def test_stacked_prediction_equals_single_run_prediction(softmax, block, monkeypatch):
     if block:  # blocks of 5 prompts: 5, 5, 5, 1
-        monkeypatch.setattr(multirun, "BLOCK_ELEMENTS", block)
+        monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", block)
     query, prompt, _ = _batch(12)
     runs = _runs(len(softmax), 4, stream_generator(6, "test/multirun/init"))
-    stack = multirun.RunStack.from_parameters(runs, softmax)
-    got = multirun.predict(stack, query, prompt)  # [R, B]
+    stack = stacked.RunStack.from_parameters(runs, softmax)
+    got = stacked.predict(stack, query, prompt)  # [R, B]
     for r, model in enumerate("softmax" if soft else "linear" for soft in softmax):
         want = models.predict(runs[r], query, prompt, model)
         assert torch.allclose(got[r], want, rtol=0, atol=sum_tolerance(12 * 4, 1.0, torch.float64))

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from largeprompt.icl.engine.loop import PromptLengthTrainer
+from largeprompt.icl.engine.runs import run_specs
 from largeprompt.icl.schedules import Decay, stability_margin, step_sizes
 from largeprompt.icl.task import RegressionTask
-from largeprompt.icl.trainer import PromptLengthTrainer
-from largeprompt.icl.training import run_specs
 
 
 @dataclass(frozen=True)

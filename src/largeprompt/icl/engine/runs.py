@@ -1,7 +1,7 @@
 """Plain-SGD training of the §6 model: every (model, seed) run at one prompt length in one process
 (docs/experiments.md#training-protocol).
 
-Runs are stacked (:mod:`largeprompt.icl.multirun`) and advance together, one step at a time. Batch k of
+Runs are stacked (:mod:`largeprompt.icl.engine.stacked`) and advance together, one step at a time. Batch k of
 batch stream j is drawn from the counter-based stream (base_seed, "train/batch", j, k): softmax and
 linear runs, and all seeds, share stream 0 (common random numbers); a ``replicate`` run repeats a
 seed on an independent stream, which measures the SGD-noise part of the spread. Each run has its
@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from largeprompt.core.seeding import stream_generator, stream_rng
-from largeprompt.icl import models, multirun
+from largeprompt.icl import models
+from largeprompt.icl.engine import stacked
 from largeprompt.icl.risks import infinite_prompt_risk
 from largeprompt.icl.task import RegressionTask
 
@@ -67,11 +68,11 @@ def batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_si
     return query.to(device), prompt.to(device), target.to(device)
 
 
-def test_losses(stack: multirun.RunStack, test_set) -> np.ndarray:
+def test_losses(stack: stacked.RunStack, test_set) -> np.ndarray:
     """MSE [R] of every run on the fixed test set (query [N, D], prompt [N, L, D], target [N])."""
     query, prompt, target = test_set
     with torch.no_grad():
-        pred = multirun.predict(stack, query, prompt)  # [R, N]
+        pred = stacked.predict(stack, query, prompt)  # [R, N]
         return ((pred - target) ** 2).mean(-1).double().cpu().numpy()
 
 
