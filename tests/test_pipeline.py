@@ -66,6 +66,20 @@ def test_smoke_dag_runs_end_to_end_into_its_own_run(smoke_run):
     assert not (work / "results" / "smoke" / "checkpoints").exists() or not any((work / "results" / "smoke" / "checkpoints").rglob("*.pt"))
 
 
+def test_every_figure_carries_its_run_rule_and_input_hashes(smoke_run):
+    """docs/architecture.md#figure-provenance: each PNG and PDF of the smoke run names its run and rule and the sha256
+    of every table its rule read, which are the tables on disk."""
+    from largeprompt.io.figure_provenance import read_figure_record
+    work, _, _ = smoke_run
+    for figure in sorted((work / "figures" / "smoke").glob("*.p[dn][fg]")):
+        record = read_figure_record(figure)
+        assert record is not None, figure
+        assert record["run"] == "smoke" and record["rule"] == f"plot_{figure.stem}"
+        assert record["inputs"] and len(record["git_commit"]) >= 7
+        for path, digest in record["inputs"].items():
+            assert hashlib.sha256((work / path).read_bytes()).hexdigest() == digest, (figure, path)
+
+
 def test_the_default_profile_is_loaded(smoke_run):
     work, _, _ = smoke_run
     assert "Using workflow specific profile profiles/default" in dry_run(work)

@@ -1,4 +1,4 @@
-"""Command line: ``largeprompt inspect FILE.parquet`` (README.md, "Reading the cached results") and
+"""Command line: ``largeprompt inspect FILE.parquet|FIGURE.png|FIGURE.pdf`` (README.md, "Reading the cached results") and
 ``largeprompt bench`` (README.md, "Performance") and ``largeprompt publish RUN`` (a run's figures and tables into the docs)."""
 from __future__ import annotations
 
@@ -11,12 +11,26 @@ import pyarrow.parquet as pq
 
 from largeprompt.bench import main as bench_main
 from largeprompt.io.config import ConfigError, check_config_files
+from largeprompt.io.figure_provenance import read_figure_record
 from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
 from largeprompt.publish import main as publish_main
 
 
+def inspect_figure(path: str) -> str:
+    """A figure's provenance record (docs/architecture.md#figure-provenance), as text."""
+    try:
+        record = read_figure_record(path)
+    except (OSError, ValueError) as err:
+        raise ResultFileError(f"{path}: cannot read its provenance ({err})") from None
+    if record is None:
+        raise ResultFileError(f"{path} carries no provenance record: redraw it with snakemake (its plot rule)")
+    return "\n".join([f"# {path}", "", "## provenance", json.dumps(record, indent=2, sort_keys=True)])
+
+
 def inspect(path: str, rows: int = 5) -> str:
-    """Provenance, schema and the first rows of a result file, as text."""
+    """Provenance, schema and the first rows of a result file, or a figure's provenance, as text."""
+    if str(path).endswith((".png", ".pdf")):
+        return inspect_figure(path)
     prov = read_provenance(path)
     frame = read_parquet(path)
     schema = pq.read_schema(path)
@@ -44,7 +58,7 @@ def check_config_command(files) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="largeprompt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_inspect = sub.add_parser("inspect", help="print a result file's provenance, schema and first rows")
+    p_inspect = sub.add_parser("inspect", help="print a result file's provenance, schema and first rows, or a figure's provenance")
     p_inspect.add_argument("file")
     p_inspect.add_argument("-n", "--rows", type=int, default=5)
     p_check = sub.add_parser("check-config", help="check config overlays as `snakemake --configfile` would read them, "

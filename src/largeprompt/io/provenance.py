@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import os
 import platform
-import subprocess
-from pathlib import Path
 
 from largeprompt.core.devices import resolve_device
+from largeprompt.io.repository import git_commit
 from largeprompt.kernel.autotune import kernels_used
 
 TRACKED_PACKAGES = ("largeprompt", "numpy", "torch", "pandas", "pyarrow", "scipy", "snakemake")
@@ -23,26 +21,6 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
-
-
-@functools.cache
-def git_commit(path: str | None = None) -> str:
-    """HEAD of the repository holding ``path`` (default: the working directory, where Snakemake runs the
-    workflow) with '-dirty' if tracked files changed; 'unknown' outside git."""
-    cwd = Path(path or os.getcwd()).resolve()
-    if not cwd.is_dir():
-        cwd = cwd.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
 
 
 def provenance(rule: str, params: dict, *, base_seed: int | None = None, run_seeds=None, runtime=None) -> dict:

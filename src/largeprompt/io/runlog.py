@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from tqdm import tqdm
 
+from largeprompt.io import figure_provenance
 from largeprompt.io.parquet_io import ResultFileError, plain
 from largeprompt.io.pipeline import Runtime, stage_params
 
@@ -93,8 +94,12 @@ def run_stage(smk, stage: Callable) -> None:
         print(f"rule {smk.rule}: {runtime}")
         print("params: " + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()) if k != "code"))
         print("code: " + ", ".join(f"{k}={v}" for k, v in sorted(params.get("code", {}).items())))
+        outputs = dict(smk.output.items())
+        figures = [p for p in outputs.values() if str(p).endswith((".png", ".pdf"))]
+        figure_provenance.set_current(figure_provenance.figure_record(smk.rule, params, list(smk.input), figures[0])
+                                      if figures else None)
         try:
-            stage(inputs=inputs, outputs=dict(smk.output.items()), params=params, rule=smk.rule, **kwargs)
+            stage(inputs=inputs, outputs=outputs, params=params, rule=smk.rule, **kwargs)
         except ResultFileError as err:
             print(f"error: {err}", file=sys.__stderr__)
             print(f"error: {err}")

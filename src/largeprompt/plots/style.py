@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
+from largeprompt.io import figure_provenance  # noqa: E402
+
 REFERENCE_STYLE = dict(color="black", linestyle="--", linewidth=1.4)  # limits, predictions and optima the data is compared with
 
 
@@ -74,13 +76,15 @@ def tidy_log_axis(axis) -> None:
 
 
 def save_figure(fig, pdf_path: str | Path, png_path: str | Path) -> None:
-    """Save ``fig`` as PDF and PNG (metadata without timestamps, so reruns give identical PDFs), with the minor labels
-    of its log axes tidied (:func:`tidy_log_axis`)."""
+    """Save ``fig`` as PDF and PNG with the running job's provenance (docs/architecture.md#figure-provenance) and no
+    timestamps, so reruns on the same inputs give identical PDFs, with the minor labels of its log axes tidied
+    (:func:`tidy_log_axis`)."""
     for ax in fig.axes:
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
             if scale == "log":
                 tidy_log_axis(axis)
     Path(pdf_path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(pdf_path, metadata={"CreationDate": None, "ModDate": None})
-    fig.savefig(png_path)
+    record = figure_provenance.current()  # set by the job that runs this plot (io.runlog.run_stage)
+    fig.savefig(pdf_path, metadata=figure_provenance.pdf_metadata(record))
+    fig.savefig(png_path, metadata=figure_provenance.png_metadata(record))
     plt.close(fig)
