@@ -10,6 +10,7 @@ rule make_icl_test_set:
         logs("icl/make_icl_test_set.log"),
     benchmark:
         benchmarks("make_icl_test_set.tsv")
+    priority: 2
     cache: SHARE
     conda:
         ENV

@@ -11,6 +11,7 @@ rule full_model_flow:
         benchmarks("full_model_flow/seed{seed}.tsv")
     wildcard_constraints:
         seed=r"\d+",
+    priority: 2
     cache: SHARE
     conda:
         ENV
