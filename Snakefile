@@ -37,6 +37,7 @@ include: "workflow/rules/init_dependence.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/beyond_gaussian.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/claims.smk"
 
 
 # With --cache (SHARE), the shared rules keep no benchmark record: Snakemake cannot time a job it fetches.

@@ -80,6 +80,18 @@ def test_every_figure_carries_its_run_rule_and_input_hashes(smoke_run):
             assert hashlib.sha256((work / path).read_bytes()).hexdigest() == digest, (figure, path)
 
 
+def test_the_smoke_run_reads_as_claims_with_a_verdict_each(smoke_run):
+    """docs/experiments.md#claims: the ledger of the smoke run has a row per claim and a verdict in each."""
+    from largeprompt import reading
+    from largeprompt.ledger.claims import CLAIMS
+    from largeprompt.ledger.verdicts import VERDICTS
+    work, _, _ = smoke_run
+    ledger = reading.ledger_of("smoke", work)
+    assert set(ledger["verdict"]) <= set(VERDICTS)
+    assert {cid.split("/")[0] for cid in ledger["claim_id"]} == {c.claim_id for c in CLAIMS}
+    assert reading.claims("smoke", "markdown", work).startswith("| claim_id | claim | verdict")
+
+
 def test_the_default_profile_is_loaded(smoke_run):
     work, _, _ = smoke_run
     assert "Using workflow specific profile profiles/default" in dry_run(work)
@@ -114,20 +126,21 @@ def _changed_config(work, folder, path, value) -> str:
 RATE_FIGURES = {"plot_output_concentration", "plot_gradient_concentration", "plot_rate_exponent"}
 TRAINING = {"train", "summarize_training", "plot_training_vs_prompt_length", "plot_trajectory_transfer"}
 BEYOND = {"summarize_beyond_gaussian", "plot_beyond_gaussian"}  # beyond_gaussian keeps train's lr and transfer's lr
+# every change that rebuilds a summary table also re-reads the run as claims (evaluate_claims)
 CHANGES = [
-    (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "all"}),
-    (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", "all"}),
-    (("concentration", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "all"}),
+    (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "evaluate_claims", "all"}),
+    (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", "evaluate_claims", "all"}),
+    (("concentration", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),
     (("concentration", "n_repetitions"), 300, {"simulate_concentration_errors", "collect_concentration_errors",
-                                               "estimate_concentration_rates", *RATE_FIGURES, "all"}),
-    (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", "all"}),
-    (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "all"}),  # the deprecated section
-    (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "all"}),
-    (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, "all"}),
-    (("train", "horizon"), 5, {"full_model_flow", *TRAINING, "all"}),
+                                               "estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),
+    (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", "evaluate_claims", "all"}),
+    (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),  # the deprecated section
+    (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "evaluate_claims", "all"}),
+    (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, "evaluate_claims", "all"}),
+    (("train", "horizon"), 5, {"full_model_flow", *TRAINING, "evaluate_claims", "all"}),
     (("transfer", "lr"), 0.04, {"train_transfer", "trajectory_gap", "plot_trajectory_transfer", "transfer_beyond_gaussian",
-                                *BEYOND, "all"}),
-    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, "all"}),
+                                *BEYOND, "evaluate_claims", "all"}),
+    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, "evaluate_claims", "all"}),
     (("device",), "cpu", set()),
     (("threads_per_job",), 2, set()),
     (("train", "checkpoint_every"), 7, set()),

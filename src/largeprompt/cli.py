@@ -1,4 +1,5 @@
 """Command line: ``largeprompt inspect FILE.parquet|FIGURE.png|FIGURE.pdf`` (README.md, "Reading the cached results") and
+``largeprompt claims RUN``, ``largeprompt compare RUN_A RUN_B`` (docs/experiments.md#claims),
 ``largeprompt bench`` (README.md, "Performance") and ``largeprompt publish RUN`` (a run's figures and tables into the docs)."""
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from largeprompt.bench import main as bench_main
+from largeprompt import reading
 from largeprompt.io.config import ConfigError, check_config_files
 from largeprompt.io.figure_provenance import read_figure_record
 from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
-from largeprompt.publish import main as publish_main
 
 
 def inspect_figure(path: str) -> str:
@@ -64,17 +64,35 @@ def main(argv=None) -> int:
     p_check = sub.add_parser("check-config", help="check config overlays as `snakemake --configfile` would read them, "
                                                   "with one line per problem naming the file, line and key")
     p_check.add_argument("files", nargs="+")
+    p_claims = sub.add_parser("claims", help="print a run's claims ledger: each claim's measured value, interval, "
+                                             "prediction and verdict (docs/experiments.md#claims)")
+    p_claims.add_argument("run")
+    p_claims.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    p_compare = sub.add_parser("compare", help="two runs side by side: differing config values, every claim, "
+                                               "tables only one run has")
+    p_compare.add_argument("run_a")
+    p_compare.add_argument("run_b")
     sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
     sub.add_parser("publish", help="copy a finished run's figures, small tables and stage times into the docs; "
                                    "see `largeprompt publish --help`", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
+        from largeprompt.bench import main as bench_main  # torch and the stages: only for this command
         return bench_main(argv[1:])
     if argv[:1] == ["publish"]:
+        from largeprompt.publish import main as publish_main
         return publish_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config_command(args.files)
+    if args.command in ("claims", "compare"):
+        try:
+            print(reading.claims(args.run, args.format) if args.command == "claims"
+                  else reading.compare(args.run_a, args.run_b))
+        except reading.RunError as err:
+            print(f"largeprompt {args.command}: error: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "inspect":
         try:
             print(inspect(args.file, args.rows))

@@ -236,6 +236,13 @@ FIGURES = [
 ]
 
 
+def claim_tables():
+    """The summary tables the claims ledger reads (largeprompt.ledger.claims.CLAIMS), in this run."""
+    from largeprompt.ledger.claims import CLAIMS
+
+    return sorted({results(c.table) for c in CLAIMS})
+
+
 def result_files(rules):
     """Every result file of this run: the outputs of every rule but the figures, wildcards expanded."""
     fixed = [

@@ -10,8 +10,8 @@ rule make_icl_test_set:
         logs("icl/make_icl_test_set.log"),
     benchmark:
         benchmarks("make_icl_test_set.tsv")
-    priority: 2
     cache: SHARE
+    priority: 2
     conda:
         ENV
     threads: threads(compute=False)

@@ -11,8 +11,8 @@ rule full_model_flow:
         benchmarks("full_model_flow/seed{seed}.tsv")
     wildcard_constraints:
         seed=r"\d+",
-    priority: 2
     cache: SHARE
+    priority: 2
     conda:
         ENV
     threads: threads(compute=False)

@@ -15,9 +15,9 @@ rule train:
         benchmarks("train/L{L}.tsv")
     wildcard_constraints:
         L=r"\d+",
+    cache: SHARE
     # the flows (priority 2), then the training jobs first: train at the longest L is the longest job of the default run
     priority: 1
-    cache: SHARE
     conda:
         ENV
     threads: threads()
