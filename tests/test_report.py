@@ -149,6 +149,31 @@ def test_landing_page_embeds_every_figure_with_its_caption_in_result_order(tmp_p
     assert "run smoke" in text and "docs/experiments.md#results" in text
 
 
+def test_landing_page_opens_with_the_claims_ledger(tmp_path, monkeypatch):
+    """docs/experiments.md#claims: the ledger's table comes before the first figure; without a ledger, the command."""
+    from largeprompt.io.parquet_io import write_parquet
+    from largeprompt.ledger.claims import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    landing_page("workflow/report/workflow.rst")
+    figure = Path("figures") / "smoke" / "affine_limit.png"
+    figure.parent.mkdir(parents=True)
+    figure.write_bytes(bytes([0x89, 80, 78, 71]) * 50)
+    records = [SimpleNamespace(path=figure, name=figure.name, target=figure.name,
+                               category=SimpleNamespace(name="R1 affine limit"), caption="<p>c</p>")]
+    links = f"\n.. _{figure.name}: javascript:app.showResultInfo('{figure}')\n"
+    source = (REPORT / "workflow.rst").read_text() + links
+    context = dict(snakemake=SimpleNamespace(config=config("smoke.yaml")), categories={}, files=records)
+    assert "snakemake --cores 2 results/smoke/claims/claims.parquet" in visible_text(render(source, **context))
+    ledger = evaluate(lambda name: None)
+    write_parquet(ledger, Path("results/smoke/claims/claims.parquet"), {"rule": "evaluate_claims", "params": {}})
+    html = render(source, **context)
+    assert html.index('class="dataframe lp-ledger"') < html.index('id="fig-affine_limit"')
+    assert f"Claims: {len(ledger)} rows, {len(ledger)} not run" in html
+    for claim_id in ledger["claim_id"]:
+        assert f"<td>{claim_id}</td>" in html
+
+
 # --- the smoke run's report in a real browser -------------------------------------------------------------
 
 # The report in an iframe; once it has loaded (and its scripts have run), what it holds is written into the probe

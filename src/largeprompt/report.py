@@ -1,4 +1,5 @@
-"""The Snakemake report's landing page (workflow/report/workflow.rst) shows every figure with its caption.
+"""The Snakemake report's landing page (workflow/report/workflow.rst) opens with the run's claims ledger, then shows
+every figure with its caption.
 
 Snakemake renders workflow.rst with docutils. Its own ``embeddedimage`` directive (snakemake 9) leaves
 the file path as the image source instead of a data URI, so a report opened anywhere but the workflow
@@ -11,10 +12,13 @@ import base64
 import mimetypes
 from pathlib import Path
 
-from docutils.parsers.rst import directives
+from docutils import nodes
+from docutils.parsers.rst import Directive, directives
 from docutils.parsers.rst.directives.images import Image
 
 DIRECTIVE = "embedded-result"
+LEDGER_DIRECTIVE = "claims-ledger"
+LEDGER_COLUMNS = ["claim_id", "verdict", "value", "ci_low", "ci_high", "predicted", "claim", "why", "figure"]
 
 
 def data_uri(path: str | Path) -> str:
@@ -31,7 +35,31 @@ class EmbeddedResult(Image):
         return super().run()
 
 
+def ledger_html(path: str | Path) -> str:
+    """The run's claims ledger (docs/experiments.md#claims) as an HTML table, or a line saying how to build it."""
+    path = Path(path)
+    if not path.is_file():
+        return f"<p>No claims ledger yet: <code>snakemake --cores 2 {path}</code> builds it.</p>"
+    import pandas as pd  # the report page only
+
+    ledger = pd.read_parquet(path)[LEDGER_COLUMNS]
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in ledger["verdict"].value_counts().items())
+    table = ledger.to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="", classes="lp-ledger", border=0)
+    return f"<h2 id=\"claims\">Claims: {len(ledger)} rows, {counts}</h2>\n{table}"
+
+
+class ClaimsLedger(Directive):
+    """``.. claims-ledger:: results/<run>/claims/claims.parquet``: the ledger table, raw HTML."""
+
+    required_arguments = 1
+
+    def run(self):
+        return [nodes.raw("", ledger_html(self.arguments[0]), format="html")]
+
+
 def landing_page(path: str) -> str:
-    """Register the ``embedded-result`` directive and return ``path``, for ``report: landing_page(...)``."""
+    """Register the ``embedded-result`` and ``claims-ledger`` directives and return ``path``, for
+    ``report: landing_page(...)``."""
     directives.register_directive(DIRECTIVE, EmbeddedResult)
+    directives.register_directive(LEDGER_DIRECTIVE, ClaimsLedger)
     return path
