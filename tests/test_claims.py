@@ -126,3 +126,9 @@ def test_moved_needs_disjoint_intervals_or_a_new_verdict():
     point = {"verdict": v.AGREES, "value": 0.01, "ci_low": math.nan, "ci_high": math.nan}
     assert not compare._moved(point, point | {"value": 0.01000001})
     assert compare._moved(point, point | {"value": 0.02})
+
+
+def test_a_table_without_the_column_a_claim_reads_is_not_run():
+    tables = _tables(-0.9, 0.01) | {"beyond_gaussian/slopes.parquet": pd.DataFrame({"token_measure": ["uniform"]})}
+    rows = _by_id(ledger.evaluate(tables.get))
+    assert rows.loc["R4.beyond", "verdict"] == v.NOT_RUN and "no column 'slope'" in rows.loc["R4.beyond", "why"]

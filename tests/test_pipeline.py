@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -175,6 +176,46 @@ def test_adding_a_prompt_length_trains_only_the_new_length(smoke_run, tmp_path):
 def edited_copy(smoke_run, tmp_path):
     """A private copy of the built smoke run (results, file times and Snakemake's records included), safe to edit."""
     return copy_repo(tmp_path / "repo", source=smoke_run[0])
+
+
+CLAIM_TABLE_RULES = {  # the rule that writes each table the claims read (docs/architecture.md#naming)
+    "affine_limit/outputs.parquet": "simulate_affine_limit",
+    "concentration/exponents.parquet": "estimate_concentration_rates",
+    "fixed_query_bound/quantiles.parquet": "simulate_fixed_query_bound",
+    "transfer/trajectory_slopes.parquet": "trajectory_gap",
+    "infinite/balanced_flow.parquet": "balanced_flow",
+    "train/training_prompt_lengths.parquet": "summarize_training",
+    "init_dependence/classes.parquet": "summarize_init_dependence",
+    "beyond_gaussian/slopes.parquet": "summarize_beyond_gaussian",
+    "beyond_gaussian/prompt_lengths.parquet": "summarize_beyond_gaussian",
+    "beyond_gaussian/optima.parquet": "summarize_beyond_gaussian",
+}
+
+
+def test_an_overlay_changing_the_noise_moves_only_the_claims_that_read_it(edited_copy, tmp_path):
+    """docs/experiments.md#claims: after an overlay changes icl.noise_variance, the claims whose tables it rebuilds may
+    move and R6.linear does; every other claim keeps its value bit for bit; compare names the changed key."""
+    from largeprompt import reading
+    from largeprompt.ledger.claims import CLAIMS
+    work = edited_copy
+    changed = _changed_config(work, tmp_path, ("icl", "noise_variance"), 0.3)
+    rebuilt = set(job_counts(dry_run(work, config=changed)))
+    assert set(CLAIM_TABLE_RULES) == {c.table for c in CLAIMS}
+    reads_noise = {c.claim_id for c in CLAIMS if CLAIM_TABLE_RULES[c.table] in rebuilt}
+    assert "R6.linear" in reads_noise and "R1" not in reads_noise
+    shutil.copytree(work / "results" / "smoke", work / "results" / "before")
+    run(snakemake_cmd("--cores", "2", "--configfile", changed), cwd=work, timeout=1200)
+    before, after = reading.ledger_of("before", work), reading.ledger_of("smoke", work)
+    both = before.merge(after, on="claim_id", suffixes=("_before", "_after"))
+    assert len(both) == len(before) == len(after)
+    for r in both.itertuples():
+        same = r.value_before == r.value_after or (np.isnan(r.value_before) and np.isnan(r.value_after))
+        if r.claim_id.split("/")[0] not in reads_noise:
+            assert same and r.verdict_before == r.verdict_after, r.claim_id
+    linear = both.set_index("claim_id").loc["R6.linear"]
+    assert linear["value_before"] != linear["value_after"]
+    out = reading.compare("before", "smoke", work)
+    assert "icl.noise_variance" in out.split("## claims")[0]
 
 
 def test_editing_a_library_module_reruns_exactly_the_stages_that_use_it(edited_copy):

@@ -20,7 +20,9 @@ from PIL import Image
 
 from largeprompt.bench.memory import benchmark_records
 from largeprompt.bench.report import machine_description
-from largeprompt.io.parquet_io import read_provenance
+from largeprompt.io.parquet_io import read_parquet, read_provenance
+from largeprompt.ledger.claims import evaluate
+from largeprompt.reading import format_ledger
 
 MAX_PNG_BYTES = 400_000
 MAX_TABLE_BYTES = 5_000_000
@@ -104,6 +106,19 @@ def times_page(run: str, table: pd.DataFrame, jobs: pd.DataFrame, commits: list[
     return "\n".join(lines) + "\n"
 
 
+def publish_claims(run: str, tables: Path, target: Path) -> None:
+    """claims.md: the ledger of the run (docs/experiments.md#claims) evaluated on its published tables."""
+    def read(name):
+        path = tables / name
+        return read_parquet(path) if path.is_file() else None
+    ledger = evaluate(read)
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in ledger["verdict"].value_counts().items())
+    target.write_text(f"# Claims of run `{run}`\n\n{len(ledger)} rows: {counts}. Evaluated by `largeprompt.ledger.claims` "
+                      "on the published tables (`tables/`); a claim whose table is too large to publish is `not run` "
+                      "here. The rules: [docs/experiments.md#claims](../experiments.md#claims).\n\n"
+                      + format_ledger(ledger, "markdown") + "\n")
+
+
 def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path = Path(".")) -> str:
     """Publish run ``run`` of the checkout at ``root`` into ``out``; a one-line summary."""
     prediction = json.loads(prediction_file.read_text()) if prediction_file else None
@@ -114,6 +129,7 @@ def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path
     table = stage_times(jobs, prediction)
     table.to_parquet(out / "times.parquet", index=False)
     (out / "times.md").write_text(times_page(run, table, jobs, commits, prediction))
+    publish_claims(run, out / "tables", out / "claims.md")
     return f"published {len(figures)} figures, {len(tables)} tables and the times of {len(jobs)} jobs into {out}"
 
 

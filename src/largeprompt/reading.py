@@ -37,7 +37,9 @@ def ledger_of(run: str, root: Path) -> pd.DataFrame:
 
 
 def _cell(x) -> str:
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
+    if isinstance(x, float):
+        return "" if x != x else f"{x:.4g}"
+    return str(x)
 
 
 def markdown(frame: pd.DataFrame) -> str:
