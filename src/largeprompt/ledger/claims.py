@@ -39,7 +39,8 @@ class Claim:
 
 def row(claim: Claim, suffix: str, value, lo, hi, predicted_value, verdict: str) -> dict:
     cid = f"{claim.claim_id}/{suffix}" if suffix else claim.claim_id
-    return {"claim_id": cid, "label": claim.label, "claim": claim.claim.format(suffix=suffix).replace(" ( tokens)", "").replace(" ()", ""), "quantity": claim.quantity,
+    sentence = claim.claim.format(suffix=suffix).replace(" ( tokens)", "").replace(" ()", "")
+    return {"claim_id": cid, "label": claim.label, "claim": sentence, "quantity": claim.quantity,
             "value": _f(value), "ci_low": _f(lo), "ci_high": _f(hi), "predicted": claim.predicted.format(suffix=suffix),
             "predicted_value": _f(predicted_value), "verdict": verdict,
             "rule": claim.rule, "why": "" if verdict == v.AGREES else claim.why, "figure": claim.figure,
