@@ -253,7 +253,8 @@ CLAIMS = [
           "init_dependence/classes.parquet", drifting_fraction),
     Claim("R4.beyond", "R4", "Training transfers to the infinite-prompt flow beyond Gaussian covariates ({suffix})",
           "slope of the softmax sup-distance over L (95% CI)", "−1", SLOPE_RULE,
-          "the default budget is small (two transfer seeds): the uniform interval rests on few points",
+          "the O(1/L) transfer is approached from above over this range of L, as for the Gaussian §6 model; at the "
+          "default budget (two transfer seeds) the intervals rest on few points",
           "beyond_gaussian", "beyond_gaussian/slopes.parquet", slope_rows("token_measure")),
     Claim("R6.beyond_linear", "R6", "Linear attention ends on its measure's R(Γ*) at every L ≥ 20 ({suffix})",
           "largest |mean final test loss − R(Γ*)| / R(Γ*) over L ≥ 20", "0",
