@@ -115,6 +115,9 @@ def test_compare_shows_differing_values_moved_claims_and_one_run_tables(tmp_path
     out = capsys.readouterr().out
     assert "icl.noise_variance" in out and "icl.dim" not in out
     assert "extra/only_b.parquet" in out
+    _write_run(tmp_path, "c", 1e-11, -1.1)  # a tiny value prints exactly, not rounded to 0.0
+    assert cli.main(["compare", "a", "c"]) == 0
+    assert "1e-11" in capsys.readouterr().out
     both = compare.side_by_side(reading.ledger_of("a", tmp_path), reading.ledger_of("b", tmp_path)).set_index("claim_id")
     assert both.loc["R4/full_model", "moved"] and not both.loc["R6.linear", "moved"]
 

@@ -82,7 +82,9 @@ def compare(run_a: str, run_b: str, root: Path = Path(".")) -> str:
     ledgers = [ledger_of(run, root) for run in (run_a, run_b)]
     tables = [tables_of(run, root) for run in (run_a, run_b)]
     values = [config_values([record for p in t.values() if (record := _provenance(p))]) for t in tables]
-    diff = differing_values(*values).rename(columns={"a": run_a, "b": run_b})
+    diff = differing_values(*values)
+    diff[["a", "b"]] = diff[["a", "b"]].map(str)  # exact values: 1e-11 must not print as 0.0
+    diff = diff.rename(columns={"a": run_a, "b": run_b})
     both = side_by_side(*ledgers)
     only = only_in_one(set(tables[0]), set(tables[1])).replace({"only_in": {"a": run_a, "b": run_b}})
     with pd.option_context("display.width", 220, "display.max_colwidth", 50):
