@@ -237,8 +237,8 @@ def test_the_engine_in_blocks_equals_the_engine_in_one_block(monkeypatch):
     stack = stacked.RunStack.from_parameters([models.init_parameters(4, gen) for _ in range(3)], [False, True, False])
     whole = stacked.loss_and_gradients(stack, query, prompt, target)
     pred = stacked.predict(stack, query, prompt)
-    monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", 2 * 3 * L * 7)  # blocks of 7 prompts: 6 blocks, the last of 5
-    assert len(stacked._blocks(B, 3, L)) == 6
+    monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", 2 * 1 * L * 7)  # 1 softmax run, blocks of 7 prompts: 6, the last of 5
+    assert len(stacked._blocks(B, stacked._block_size(None, 1, L, 4))) == 6
     blocked = stacked.loss_and_gradients(stack, query, prompt, target)
     tol = rounding_tolerance(B * L * 4, 1.0 + float(whole[0].max()))  # sums of B·L products of O(1) factors
     assert torch.allclose(blocked[0], whole[0], rtol=0, atol=tol)

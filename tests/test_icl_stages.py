@@ -18,6 +18,7 @@ from largeprompt.icl.test_set import load_test_set
 from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.io.pipeline import Runtime, checkpoint_path
+from largeprompt.kernel import autotune
 from largeprompt.stages import trajectory_gap
 from largeprompt.stages.bayes_risk import bayes_risk
 from largeprompt.stages.full_model_flow import full_model_flow
@@ -63,6 +64,7 @@ def trajectories(root, section, L):
 
 
 def run_train(root, L, out):
+    autotune.forget()  # as in a job of its own: provenance records the kernels and plans of this job only
     inputs = {"test_set": root / "icl_test.parquet", "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]]}
     train(inputs, {"trajectories": out}, train_params(L), runtime=RUNTIME)
 

@@ -28,7 +28,7 @@ def _batch(L, B=16):
 def test_stacked_loss_and_gradients_equal_autograd_of_the_naive_model(L, softmax, block, monkeypatch):
     if block:
         monkeypatch.setattr(stacked, "BLOCK_ELEMENTS", block)
-        assert len(stacked._blocks(16, 2, L)) == 6
+        assert len(stacked._blocks(16, stacked._block_size(None, 2, L, 4))) == 6
     query, prompt, target = _batch(L)
     runs = _runs(len(softmax), 4, stream_generator(4, "test/multirun/init"))
     stack = stacked.RunStack.from_parameters(runs, softmax)
@@ -66,3 +66,33 @@ def test_stacked_prediction_equals_single_run_prediction(softmax, block, monkeyp
     for r, model in enumerate("softmax" if soft else "linear" for soft in softmax):
         want = models.predict(runs[r], query, prompt, model)
         assert torch.allclose(got[r], want, rtol=0, atol=sum_tolerance(12 * 4, 1.0, torch.float64))
+
+
+@pytest.mark.parametrize("plan", [stacked.Plan(3, True), stacked.Plan(5, False), stacked.Plan(16, True)])
+def test_every_plan_gives_the_autograd_gradients(plan):
+    """A plan (prompts per block, exp or exp2) changes how a step runs, not what it computes."""
+    L = 9
+    query, prompt, target = _batch(L)
+    softmax = [True, False, True]
+    runs = _runs(3, 4, stream_generator(7, "test/multirun/init"))
+    stack = stacked.RunStack.from_parameters(runs, softmax)
+    loss, grads = stacked.loss_and_gradients(stack, query, prompt, target, plan)
+    got = stacked.predict(stack, query, prompt, plan)
+    for r, (params, soft) in enumerate(zip(runs, softmax)):
+        model = "softmax" if soft else "linear"
+        leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+        want = models.mse(models.predict_naive(leaves, query, prompt, model), target)
+        auto = torch.autograd.grad(want, list(leaves.values()))
+        tol = sum_tolerance(16 * L * 4, 1.0, torch.float64) * max(1.0, float(want.detach()))
+        assert abs(float(loss[r]) - float(want.detach())) <= tol
+        for name, g in zip(leaves, auto):
+            assert torch.allclose(grads[name][r], g, rtol=0, atol=tol), (name, soft)
+        assert torch.allclose(got[r], models.predict(params, query, prompt, model), rtol=0, atol=tol)
+
+
+def test_a_plan_reads_back_from_its_text_and_bad_text_says_the_format():
+    for plan in (stacked.Plan(32, True), stacked.Plan(1, False)):
+        assert stacked.Plan.parse(str(plan)) == plan
+    for bad in ("block=0,exp=2", "block=x", "exp=2", "block=4,exp=3", "block=4,tile=2"):
+        with pytest.raises(ValueError, match="block=<positive integer>,exp=e|2"):
+            stacked.Plan.parse(bad)

@@ -230,6 +230,17 @@ def attention_kernel(queries: int, prompts: int, dim: int, second_moment: bool =
     return kernel
 
 
+def recorded(regime: str):
+    """This process's choice for ``regime`` (any tuned choice recorded here), or None."""
+    return _chosen.get(regime)
+
+
+def record(regime: str, choice, source: str) -> None:
+    """Record another tuned choice of this process (the training engine's plan,
+    :mod:`largeprompt.icl.engine.tuning`) with the attention kernels, for :func:`kernels_used`."""
+    _chosen[regime], _sources[regime] = choice, source
+
+
 def kernels_used() -> dict[str, str]:
     """{regime key: kernel} of every attention regime this process has run (for provenance)."""
     return {regime: str(kernel) for regime, kernel in sorted(_chosen.items())}
@@ -255,6 +266,8 @@ def describe_kernels(report: dict, queries: int) -> str:
     """One informational line for a :func:`kernels_report`, with the tile in tokens at ``queries`` queries per prompt."""
     parts = []
     for key, text in report.get("kernels", {}).items():
+        if not key.startswith("attention/"):
+            continue
         tile = AttentionKernel.parse(text, default_kernel(queries)).tile_elements
         tokens = max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)
         parts.append(f"{key}: {text} ({tokens} tokens; {report['kernel_sources'].get(key, '?')})")

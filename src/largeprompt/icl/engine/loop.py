@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from largeprompt.core.devices import DTYPES
-from largeprompt.icl.engine import stacked
+from largeprompt.icl.engine import stacked, tuning
 from largeprompt.icl.engine.runs import RunSpec, TrainingDiverged, batch, initial_parameters, log_row, test_losses
 from largeprompt.icl.task import RegressionTask
 
@@ -78,7 +78,7 @@ class PromptLengthTrainer:
         if not runs:
             return
         index = torch.tensor(runs, device=self.stack.Q.device)
-        losses = test_losses(self.stack.select(index), test_set)
+        losses = test_losses(self.stack.select(index), test_set, self.batch_size)
         for r, test_loss in zip(runs, losses):
             k = min(self.step, len(self.step_sizes[r]))
             train = float(np.mean(self.window[r])) if self.window[r] else float("nan")
@@ -98,7 +98,8 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target)
+        plan = tuning.plan_for(int(sub.softmax.sum()), self.L, self.batch_size, self.task.token_dim, self.dtype, self.device)
+        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, plan)
         values = loss.double().cpu().numpy()
         diverged = []
         for r, value in zip(runs, values):

@@ -19,7 +19,7 @@ import torch
 
 from largeprompt.core.seeding import stream_generator, stream_rng
 from largeprompt.icl import models
-from largeprompt.icl.engine import stacked
+from largeprompt.icl.engine import stacked, tuning
 from largeprompt.icl.risks import infinite_prompt_risk
 from largeprompt.icl.task import RegressionTask
 
@@ -68,11 +68,14 @@ def batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_si
     return query.to(device), prompt.to(device), target.to(device)
 
 
-def test_losses(stack: stacked.RunStack, test_set) -> np.ndarray:
-    """MSE [R] of every run on the fixed test set (query [N, D], prompt [N, L, D], target [N])."""
+def test_losses(stack: stacked.RunStack, test_set, batch_size: int = 128) -> np.ndarray:
+    """MSE [R] of every run on the fixed test set (query [N, D], prompt [N, L, D], target [N]), with the machine's
+    plan for training batches of ``batch_size`` (:mod:`largeprompt.icl.engine.tuning`)."""
     query, prompt, target = test_set
+    N, L, D = prompt.shape
+    plan = tuning.plan_for(int(stack.softmax.sum()), L, min(N, batch_size), D, prompt.dtype, prompt.device)
     with torch.no_grad():
-        pred = stacked.predict(stack, query, prompt)  # [R, N]
+        pred = stacked.predict(stack, query, prompt, plan)  # [R, N]
         return ((pred - target) ** 2).mean(-1).double().cpu().numpy()
 
 
