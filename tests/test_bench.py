@@ -106,17 +106,18 @@ def test_with_values_sets_nested_keys_on_a_copy():
 
 def test_training_jobs_add_steps_and_logging():
     section = {"lr": 1e-3, "horizon": 300, "n_log": 300, "prompt_lengths": [10, 1000]}
-    fit = {"step": (2e-3, 4e-6), "test": (1e-3, 2e-6), "n_test": 1000}
+    fit = {"step": (2e-3, 4e-6), "test": (1e-3, 2e-6), "n_test": 1000, "floor": (1e-4, 3e-6)}
     jobs = costs.training_jobs(section, {"icl": {"n_test": 10000}}, fit, "train")
     assert [j.name for j in jobs] == ["train L=10", "train L=1000"]
     for job, L in zip(jobs, (10, 1000)):
         want = 300_000 * (2e-3 + 4e-6 * L) + 301 * 10 * (1e-3 + 2e-6 * L)
         assert job.seconds == pytest.approx(want, rel=rounding_tolerance(10, 1.0))
+        assert job.floor == pytest.approx(300_000 * (1e-4 + 3e-6 * L), rel=rounding_tolerance(10, 1.0))  # steps draw
         assert job.after == ("make_icl_test_set",)
 
 
 def test_the_paper_training_line_names_the_config_and_core_hours(monkeypatch):
-    fit = {"step": (1e-3, 5e-6), "test": (0.0, 0.0), "n_test": 1000}
+    fit = {"step": (1e-3, 5e-6), "test": (0.0, 0.0), "n_test": 1000, "floor": (5e-4, 2e-6)}
     monkeypatch.setattr(costs, "engine_costs", lambda *a, **k: fit)
     lines = paper.bench_paper_training(quick=True)
     text = "\n".join(lines)
@@ -129,7 +130,7 @@ def test_the_paper_training_line_names_the_config_and_core_hours(monkeypatch):
 def test_the_paper_beyond_gaussian_stage_has_every_flow_run_and_transfer_job(monkeypatch, tmp_path):
     """Section beyond_gaussian of config/paper.yaml: a flow job per measure (gaussian's always), an R6 job per
     (measure, L) at the section's step count and n_test, one R4 job per measure summing its L, then the summary."""
-    fit = {"step": (1e-3, 5e-6), "test": (1e-2, 1e-5), "n_test": 1000}
+    fit = {"step": (1e-3, 5e-6), "test": (1e-2, 1e-5), "n_test": 1000, "floor": (1e-4, 1e-6)}
     tasks = []
     monkeypatch.setattr(costs, "engine_costs", lambda section, quick, **k: tasks.append(k["task"]) or fit)
     monkeypatch.setattr(costs, "_sliced", lambda rule, config, *a: (((2.0, 0.5)), None))
@@ -155,17 +156,26 @@ def test_the_paper_beyond_gaussian_stage_has_every_flow_run_and_transfer_job(mon
     one = sum(transfer["horizon"] / transfer["lr"] * (1e-3 + 5e-6 * L)
               + (transfer["n_log"] + 1) * b["n_test"] / 1000 * (1e-2 + 1e-5 * L) for L in transfer["prompt_lengths"])
     assert [j.seconds for j in by_stage["transfer_beyond_gaussian"]] == pytest.approx([one] * len(measures))
+    floor = sum(transfer["horizon"] / transfer["lr"] * (1e-4 + 1e-6 * L) for L in transfer["prompt_lengths"])
+    assert [j.floor for j in by_stage["transfer_beyond_gaussian"]] == pytest.approx([floor] * len(measures))
     assert [t["token_measure"] for t in tasks] == [m for m in measures for _ in range(2)]
     assert all(t["dim"] == b["dim"] and t["covariance_rho"] == 0.0 for t in tasks)
     assert by_stage["summarize_beyond_gaussian"][0].after == ("train_beyond_gaussian", "transfer_beyond_gaussian")
 
 
-def test_report_lines_have_one_line_per_stage_and_a_total():
+def test_report_lines_have_one_line_per_stage_a_total_and_the_floors(monkeypatch):
+    from largeprompt.bench import floors
+
+    rates = floors.sampler_seconds()
+    monkeypatch.setattr(floors, "rates", lambda: rates)
     stages = [("data", [Job("make", "make", 3600.0)], "note"),
-              ("training", [Job(f"t{i}", "train", 7200.0, ("make",)) for i in range(3)], "n")]
+              ("training", [Job(f"t{i}", "train", 7200.0, ("make",), 1800.0) for i in range(3)], "n")]
     lines = paper.report_lines(stages, cores=2, overhead=0.0)
-    assert len(lines) == 3 and lines[-1].startswith("total: config/paper.yaml")
-    assert "7.00 core-hours" in lines[-1] and "≈ 5.00 h wall" in lines[-1]  # 1 h, then 2 h + 2 h on two cores
+    assert len(lines) == 4 and lines[-2].startswith("total: config/paper.yaml")
+    assert "7.00 core-hours" in lines[-2] and "≈ 5.00 h wall" in lines[-2]  # 1 h, then 2 h + 2 h on two cores
+    assert "no draws" in lines[0]  # a rule never sliced draws nothing
+    assert "floor   1.50, ratio   4.0x" in lines[1] and "floor   1.50, ratio   4.7x" in lines[-2]
+    assert lines[-1].startswith("  floor:") and all(name in lines[-1] for name in floors.SAMPLERS)
 
 
 @pytest.mark.parametrize("peak, want", [(0.0, 500), (100.0, 500), (999.0, 1500), (1000.0, 1500), (1001.0, 1600)])
@@ -245,3 +255,40 @@ def test_the_engine_in_blocks_equals_the_engine_in_one_block(monkeypatch):
     for name in models.PARAMETER_NAMES:
         assert torch.allclose(blocked[1][name], whole[1][name], rtol=0, atol=tol), name
     assert torch.allclose(stacked.predict(stack, query, prompt), pred, rtol=0, atol=tol)
+
+
+def test_every_draw_is_counted_per_sampler_and_every_sampler_has_a_timed_rate():
+    """The floors of bench --paper (largeprompt.bench.floors) count the numbers each draw makes, by sampler."""
+    import numpy as np
+    import torch
+
+    from largeprompt.bench import floors
+    from largeprompt.core import seeding
+    from largeprompt.icl.task import RegressionTask
+    from largeprompt.maths.measures import toeplitz_covariance
+
+    seeding.DRAWN.clear()
+    B, L, d = 7, 11, 3
+    RegressionTask(toeplitz_covariance(d, 0.5), 0.5, 0.2).sample(B, L, seeding.stream_generator(0, "t"), dtype=torch.float32)
+    assert dict(seeding.DRAWN) == {"normal/torch/float32": B * (L + 1) * (d + 1) + B * d}  # tokens and noise, then β
+    seeding.DRAWN.clear()
+    RegressionTask(torch.eye(d), 0.5, 0.2, "rademacher").sample(B, L, seeding.stream_rng(0, "t"))
+    assert dict(seeding.DRAWN) == {"bits/numpy/int64": B * (L + 1) * d, "normal/numpy/float64": B * (L + 1) + B * d}
+    gens = (np.random.Generator(np.random.SFC64(0)), torch.Generator())
+    for kind in ("normal", "uniform", "bits"):
+        for gen in gens:
+            for dtype in (torch.float32, torch.float64):
+                assert seeding.sampler(kind, gen, dtype) in floors.SAMPLERS
+    seconds = floors.sampler_seconds()  # the rates, as the worker measures them
+    assert set(seconds) == set(floors.SAMPLERS) and all(0 < s < 1e-6 for s in seconds.values())
+
+
+def test_a_floor_is_the_count_times_the_rate_and_an_unknown_sampler_says_where_to_add_it(monkeypatch):
+    from largeprompt.bench import floors
+
+    rates = floors.sampler_seconds()
+    monkeypatch.setattr(floors, "rates", lambda: rates)
+    drawn = {"normal/torch/float32": 1000.0, "bits/numpy/int64": 10.0}
+    assert floors.floor_seconds(drawn) == 1000.0 * rates["normal/torch/float32"] + 10.0 * rates["bits/numpy/int64"]
+    with pytest.raises(ValueError, match="SAMPLERS"):
+        floors.floor_seconds({"normal/jax/float32": 1.0})

@@ -24,6 +24,7 @@ import torch
 
 from largeprompt.bench.attention import MEMORY_WORKERS, bench_attention
 from largeprompt.bench.attention import worker as attention_worker
+from largeprompt.bench.floors import sampler_seconds
 from largeprompt.bench.memory import bench_memory, bench_paper_memory
 from largeprompt.bench.paper import bench_paper, bench_paper_training
 from largeprompt.bench.pipeline import bench_pipeline
@@ -39,6 +40,8 @@ def worker(name: str, prompt_length: int, dim: int, n_queries: int, repeats: int
     torch.set_num_threads(int(extra.get("threads", 1)))
     if name not in MEMORY_WORKERS:
         keep_freed_memory()  # as in every pipeline stage (runlog.run_stage); memory workers keep glibc's default
+    if name == "sampler_rates":
+        return sampler_seconds()
     if name.startswith("train_"):
         return training_worker(name, extra, repeats)
     if name.startswith("stage_"):

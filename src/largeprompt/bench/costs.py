@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from largeprompt.bench import floors
 from largeprompt.bench.report import run_worker
 from largeprompt.bench.schedule import Job, fit_linear, predict_linear
 from largeprompt.icl.schedules import estimated_steps
@@ -29,14 +30,25 @@ def with_values(config: dict, **dotted) -> dict:
 
 
 SLICE_PEAKS: dict[str, float] = {}  # rule → the largest peak RSS (MB) of its timed slices in this process
+SLICE_DRAWS: dict[str, tuple[float, dict]] = {}  # rule → (CPU seconds, numbers drawn per sampler) of its largest slice
 
 
 def timed(rule: str, params: dict, folder: Path, inputs: dict | None = None) -> dict:
-    """{"cpu": seconds, "rss_mb": peak} of one ``stage_run`` worker; the peak is also kept in SLICE_PEAKS."""
+    """{"cpu": seconds, "rss_mb": peak, "drawn": {sampler: count}} of one ``stage_run`` worker; the peak is also kept
+    in SLICE_PEAKS, the largest slice's draws in SLICE_DRAWS."""
     folder.mkdir(parents=True, exist_ok=True)
     out = run_worker("stage_run", rule=rule, inputs=inputs or {}, folder=str(folder), params=params)
     SLICE_PEAKS[rule] = max(SLICE_PEAKS.get(rule, 0.0), float(out["rss_mb"]))
+    if out["cpu"] >= SLICE_DRAWS.get(rule, (-1.0, {}))[0]:
+        SLICE_DRAWS[rule] = (float(out["cpu"]), out["drawn"])
     return out
+
+
+def floor_fraction(rule: str) -> float:
+    """The floor's share of a job of ``rule``: its largest slice's floor (bench.floors) over its CPU time; 0 for a
+    rule that draws nothing or was never sliced."""
+    cpu, drawn = SLICE_DRAWS.get(rule, (0.0, {}))
+    return floors.floor_seconds(drawn) / cpu if cpu > 0 else 0.0
 
 
 def prepared(kind: str, folder: Path, **spec) -> dict:
@@ -52,6 +64,12 @@ def _sliced(rule, config, folder, sizes, settings, inputs=None):
     timed(rule, with_values(config, **settings(min(sizes))), folder / f"{rule}_warmup", inputs)
     runs = [timed(rule, with_values(config, **settings(w)), folder / f"{rule}_{w}", inputs) for w in sizes]
     return fit_linear(sizes, [r["cpu"] for r in runs]), runs
+
+
+def floor_fit(sizes, runs):
+    """The fitted floor a + b·w (CPU seconds of the numbers drawn, :mod:`largeprompt.bench.floors`) of the slices
+    ``runs`` of :func:`_sliced`: a job whose rule draws from different samplers per job (one per token measure)."""
+    return fit_linear(sizes, [floors.floor_seconds(r["drawn"]) for r in runs])
 
 
 def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
@@ -87,9 +105,9 @@ def concentration(config, folder, quick) -> tuple[list[Job], str]:
     jobs = []
     for measure in b["measures"]:
         cfg = with_values(config, measure=measure, concentration__n_repetitions=block)
-        fit, _ = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
+        fit, runs = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
         jobs.append(Job(f"simulate_concentration_errors {measure}", "simulate_concentration_errors",
-                        predict_linear(fit, paper_work)))
+                        predict_linear(fit, paper_work), floor=predict_linear(floor_fit(work, runs), paper_work)))
     collect, rates = _error_tables(config, folder, quick)
     jobs += [Job("collect_concentration_errors", "collect_concentration_errors", collect,
                  ("simulate_concentration_errors",)),
@@ -123,9 +141,10 @@ def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
     f = config["fixed_query_bound"]
     block, log2, work_sizes, settings = _block_slices(f, "fixed_query_bound", quick)
     cfg = with_values(config, fixed_query_bound__n_repetitions=block)
-    fit, _ = _sliced("simulate_fixed_query_bound", cfg, folder, work_sizes, settings)
+    fit, runs = _sliced("simulate_fixed_query_bound", cfg, folder, work_sizes, settings)
     work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
-    return [Job("simulate_fixed_query_bound", "fixed_query_bound", predict_linear(fit, work))], \
+    return [Job("simulate_fixed_query_bound", "fixed_query_bound", predict_linear(fit, work),
+                floor=predict_linear(floor_fit(work_sizes, runs), work))], \
         f"{block} repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
 
 
@@ -203,7 +222,8 @@ def training_jobs(section: dict, config: dict, costs: dict, stage: str, after=("
                             section.get("stability_fraction", 1.0), section.get("final_lr", float("inf")))
     scale = (n_test or config["icl"]["n_test"]) / costs["n_test"]
     return [Job(f"{stage} {label}L={L}", stage, steps * predict_linear(costs["step"], L)
-                + (section["n_log"] + 1) * scale * predict_linear(costs["test"], L), after)
+                + (section["n_log"] + 1) * scale * predict_linear(costs["test"], L), after,
+                steps * predict_linear(costs["floor"], L))  # the test set is read, not drawn: only the steps draw
             for L in section["prompt_lengths"]]
 
 
@@ -224,10 +244,12 @@ def engine_costs(section: dict, quick: bool, lengths=(10, 100, 1000), dtype: str
     burst = 25 if batch <= 1024 else max(1, BURST_PROMPTS // batch)  # 25: training.STEP_BURST
     repeats = (5 if quick else 15) if batch <= 1024 else (3 if quick else 5)
     extra = {"task": task} if task else {}  # default: the §6 task
-    cpu = run_worker("train_costs", repeats=repeats, lengths=list(lengths), n_test=n_test, runs=runs,
-                     dtype=dtype, batch=batch, burst=burst, **extra)["cpu"]
+    out = run_worker("train_costs", repeats=repeats, lengths=list(lengths), n_test=n_test, runs=runs,
+                     dtype=dtype, batch=batch, burst=burst, **extra)
+    cpu, scale = out["cpu"], section["batch_size"] / batch
     a, b = fit_linear(lengths, [cpu[f"step{L}"] for L in lengths])
-    return {"step": (a, b * section["batch_size"] / batch),
+    floor = fit_linear(lengths, [floors.floor_seconds(out["drawn"][str(L)]) * scale for L in lengths])
+    return {"step": (a, b * scale), "floor": floor,
             "test": fit_linear(lengths, [cpu[f"test{L}"] for L in lengths]), "n_test": n_test}
 
 
@@ -261,7 +283,8 @@ def beyond_training(config, quick, measure) -> tuple[list[Job], Job]:
     transfer = {**config["transfer"], **b["transfer"], "dtype": "float64"}
     fit = engine_costs(transfer, quick, dtype="float64", task=task)
     r4 = training_jobs(transfer, config, fit, "transfer_beyond_gaussian", (), b["n_test"])
-    return r6, Job(f"transfer_beyond_gaussian measure={measure}", "transfer_beyond_gaussian", sum(j.seconds for j in r4))
+    return r6, Job(f"transfer_beyond_gaussian measure={measure}", "transfer_beyond_gaussian", sum(j.seconds for j in r4),
+                   floor=sum(j.floor for j in r4))
 
 
 def beyond_gaussian(config, folder, quick) -> tuple[list[Job], str]:

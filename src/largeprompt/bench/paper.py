@@ -13,9 +13,10 @@ import resource
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
-from largeprompt.bench import costs
+from largeprompt.bench import costs, floors
 from largeprompt.bench.memory import mem_mb
 from largeprompt.bench.pipeline import paper_config
 from largeprompt.bench.report import machine_description
@@ -52,8 +53,7 @@ def training_stage(config: dict, key: str, quick: bool, load_seconds: float = 0.
     section = config[key]
     dtype = dtype or section["dtype"]
     fit = costs.engine_costs(section, quick, dtype=dtype)
-    jobs = [Job(j.name, j.stage, j.seconds + load_seconds, j.after)
-            for j in costs.training_jobs(section, config, fit, stage, after)]
+    jobs = [replace(j, seconds=j.seconds + load_seconds) for j in costs.training_jobs(section, config, fit, stage, after)]
     n_runs = len(section["models"]) * (len(section["seeds"]) + len(section["replicate_seeds"]))
     (a, b), (c, d) = fit["step"], fit["test"]
     note = (f"{n_runs} runs, batch {section['batch_size']}, {dtype}: step {a * 1e3:.3g} ms + {b * 1e6:.3g} µs·L, "
@@ -81,28 +81,42 @@ def paper_stages(config: dict, folder: Path, quick: bool) -> list[tuple[str, lis
     return stages
 
 
+def job_floor(job: Job) -> float:
+    """CPU seconds of the random numbers ``job`` must draw: the training engine's per step, or its rule's largest
+    timed slice's share (:func:`largeprompt.bench.costs.floor_fraction`)."""
+    return job.floor if job.floor is not None else job.seconds * costs.floor_fraction(job.name.split()[0])
+
+
+def _floor_text(hours: float, floor: float) -> str:
+    return f"floor {floor:6.2f}, ratio {hours / floor:5.1f}x" if floor > 1e-6 * max(hours, 1e-9) else f"{'no draws':>26}"
+
+
 def report_lines(stages, cores: int, overhead: float) -> list[str]:
-    """One line per stage (jobs, core-hours, longest job) and the total with its wall time on ``cores``."""
+    """One line per stage (jobs, core-hours, its floor and their ratio, longest job) and the total with its wall
+    time on ``cores``."""
     out, every = [], []
     for label, jobs, note in stages:
-        jobs = [Job(j.name, j.stage, j.seconds + overhead, j.after) for j in jobs]
+        floor = sum(job_floor(j) for j in jobs) / 3600
+        jobs = [replace(j, seconds=j.seconds + overhead) for j in jobs]
         every += jobs
         hours = sum(j.seconds for j in jobs) / 3600
-        out.append(f"{label:<44} {len(jobs):>3} jobs {hours:>9.2f} core-hours, longest job "
-                   f"{max(j.seconds for j in jobs) / 3600:7.2f} h  ({note})")
-    total = sum(j.seconds for j in every) / 3600
+        out.append(f"{label:<44} {len(jobs):>3} jobs {hours:>9.2f} core-hours, {_floor_text(hours, floor)}; longest "
+                   f"job {max(j.seconds for j in jobs) / 3600:5.2f} h  ({note})")
+    total, floor = sum(j.seconds for j in every) / 3600, sum(job_floor(j) for j in every) / 3600
     wall, path = schedule(every, cores) / 3600, critical_path(every) / 3600
-    out.append(f"{'total: config/paper.yaml':<44} {len(every):>3} jobs {total:>9.2f} core-hours; on {cores} cores "
-               f"≈ {wall:.2f} h wall (longest ready job first; critical path {path:.2f} h)")
+    out.append(f"{'total: config/paper.yaml':<44} {len(every):>3} jobs {total:>9.2f} core-hours, {_floor_text(total, floor)}; "
+               f"on {cores} cores ≈ {wall:.2f} h wall (longest ready job first; critical path {path:.2f} h)")
+    rates = ", ".join(f"{name} {seconds * 1e9:.2f}" for name, seconds in floors.rates().items())
+    out.append(f"  floor: the random numbers each stage draws, at this run's sampler rates (ns per number: {rates})")
     return out
 
 
 def prediction_record(stages, cores: int, overhead: float) -> dict:
     """Every job's predicted CPU seconds (overhead included) with its rule, for ``--save`` (what
     :mod:`largeprompt.publish` compares with the measured benchmark files of a run)."""
-    jobs = [dict(name=j.name, rule=j.name.split()[0], stage=label, seconds=j.seconds + overhead)
+    jobs = [dict(name=j.name, rule=j.name.split()[0], stage=label, seconds=j.seconds + overhead, floor=job_floor(j))
             for label, stage_jobs, _ in stages for j in stage_jobs]
-    every = [Job(j.name, j.stage, j.seconds + overhead, j.after) for _, stage_jobs, _ in stages for j in stage_jobs]
+    every = [replace(j, seconds=j.seconds + overhead) for _, stage_jobs, _ in stages for j in stage_jobs]
     return {"cores": cores, "overhead_seconds": overhead, "total_core_hours": sum(j["seconds"] for j in jobs) / 3600,
             "wall_hours": schedule(every, cores) / 3600, "machine": machine_description(), "jobs": jobs}
 
@@ -164,7 +178,7 @@ def bench_paper_training(quick: bool) -> list[str]:
     config = paper_config()
     section = config["train"]
     _, jobs, note = training_stage(config, "train", quick)
-    jobs = [Job(j.name, j.stage, j.seconds) for j in jobs]  # the training alone: its inputs are there
+    jobs = [replace(j, after=()) for j in jobs]  # the training alone: its inputs are there
     hours, wall = sum(j.seconds for j in jobs) / 3600, schedule(jobs, 2) / 3600
     return [f"# config/paper.yaml training: {len(jobs)} jobs (one per L) x {len(section['models'])} models x "
             f"{len(section['seeds'])} seed, {section['horizon'] / section['lr']:.0f} steps, test loss logged "

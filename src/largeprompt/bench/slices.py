@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from largeprompt.bench.report import peak_rss_mb
+from largeprompt.core.seeding import DRAWN
 from largeprompt.icl.test_set import load_test_set as cut
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.runlog import keep_freed_memory, set_threads
@@ -102,10 +103,11 @@ def run(rule: str, inputs: dict, folder: Path, params: dict) -> dict:
     keep_freed_memory()
     outputs = {name: str(folder / f"{name}.{name if name in ('pdf', 'png') else 'parquet'}") for name in STAGES[rule][2]}
     fn = stage_function(rule)
+    DRAWN.clear()
     start = time.process_time()
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         fn(inputs, outputs, params, rule=rule)
-    return {"cpu": time.process_time() - start, "rss_mb": peak_rss_mb()}
+    return {"cpu": time.process_time() - start, "rss_mb": peak_rss_mb(), "drawn": dict(DRAWN)}
 
 
 def worker(name: str, extra: dict) -> dict:

@@ -14,6 +14,8 @@ float64, whose law is N(0, 1) to double precision with untruncated tails (3 to 5
 """
 from __future__ import annotations
 
+import collections
+import math
 import zlib
 
 import numpy as np
@@ -41,9 +43,20 @@ def stream_rng(base_seed: int, stream: str, *counters: int) -> np.random.Generat
     return np.random.Generator(np.random.SFC64(stream_seed(base_seed, stream, *counters)))
 
 
+DRAWN: collections.Counter = collections.Counter()  # sampler → how many numbers this process drew (bench floors)
+
+
+def sampler(kind: str, generator, dtype) -> str:
+    """The name under which a draw is counted in DRAWN: '<kind>/<numpy|torch>/<dtype drawn>'."""
+    if isinstance(generator, np.random.Generator):
+        return f"{kind}/numpy/{'int64' if kind == 'bits' else 'float64'}"
+    return f"{kind}/torch/{'int64' if kind == 'bits' else str(dtype).removeprefix('torch.')}"
+
+
 def standard_normal(shape, generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """i.i.d. N(0, 1) of ``shape`` (module docstring): numpy's ziggurat in float64 for a numpy Generator (then cast),
     ``torch.randn`` for a torch Generator or None."""
+    DRAWN[sampler("normal", generator, dtype)] += math.prod(shape)
     if isinstance(generator, np.random.Generator):
         return torch.from_numpy(generator.standard_normal(tuple(shape))).to(dtype=dtype, device=device)
     return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
@@ -51,6 +64,7 @@ def standard_normal(shape, generator, dtype=torch.float64, device="cpu") -> torc
 
 def uniform(shape, generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """i.i.d. U[0, 1) of ``shape``, from a numpy or torch Generator."""
+    DRAWN[sampler("uniform", generator, dtype)] += math.prod(shape)
     if isinstance(generator, np.random.Generator):
         return torch.from_numpy(generator.random(tuple(shape))).to(dtype=dtype, device=device)
     return torch.rand(*shape, generator=generator, dtype=dtype, device=device)
@@ -58,6 +72,17 @@ def uniform(shape, generator, dtype=torch.float64, device="cpu") -> torch.Tensor
 
 def random_bits(shape, generator, device="cpu") -> torch.Tensor:
     """i.i.d. fair bits {0, 1} of ``shape`` (int64), from a numpy or torch Generator."""
+    DRAWN[sampler("bits", generator, None)] += math.prod(shape)
     if isinstance(generator, np.random.Generator):
         return torch.from_numpy(generator.integers(0, 2, size=tuple(shape))).to(device=device)
     return torch.randint(0, 2, tuple(shape), generator=generator, device=device)
+
+
+def draw(name: str, n: int, generator):
+    """``n`` numbers of sampler ``name`` (a DRAWN key) from ``generator`` (a numpy or torch Generator of that
+    library): what ``largeprompt bench`` times for the sampler's rate."""
+    kind, _, dtype = name.split("/")
+    if kind == "bits":
+        return random_bits((n,), generator)
+    fn = standard_normal if kind == "normal" else uniform
+    return fn((n,), generator, dtype=getattr(torch, dtype))

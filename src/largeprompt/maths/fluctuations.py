@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from largeprompt.core.seeding import standard_normal
 from largeprompt.maths.measures import TokenMeasure
 
 
@@ -160,6 +161,6 @@ def gaussian_norm_quantiles(c_mat: torch.Tensor, probs, generator: torch.Generat
     """Quantiles of ‖X‖, X ~ N(0, C) (the limit law of √L(T_{μ_L} − T_μ), docs/theory.md#fixed-query-fluctuations), by a seeded Monte Carlo."""
     evals, evecs = torch.linalg.eigh(c_mat)
     root = evecs @ torch.diag(evals.clamp_min(0).sqrt())  # C^{1/2} up to rotation
-    g = torch.randn(n_draws, c_mat.shape[0], generator=generator, dtype=c_mat.dtype, device=c_mat.device)
+    g = standard_normal((n_draws, c_mat.shape[0]), generator, c_mat.dtype, c_mat.device)
     norms = torch.linalg.vector_norm(g @ root.T, dim=-1).cpu().numpy()  # [n_draws]
     return np.quantile(norms, np.asarray(probs, dtype=np.float64))
