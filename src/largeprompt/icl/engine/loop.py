@@ -37,6 +37,9 @@ class PromptLengthTrainer:
         self.rows: list[list[dict]] = [[] for _ in specs]
         self.window: list[list[float]] = [[] for _ in specs]
         self.next_log = [0] * len(specs)  # index j of the next grid time T·j/n_log to log
+        self._due: dict[int, tuple[int, int]] = {}  # run → (next_log, the first step whose clock reaches that grid time)
+        self._streams = {j: [r for r, s in enumerate(specs) if s.stream == j] for j in sorted({s.stream for s in specs})}
+        self._n_softmax = {}  # runs → how many of them are softmax runs
 
     def key(self, extra: dict) -> str:
         """What determines the trajectories: settings, runs and every step size (hashed)."""
@@ -69,9 +72,17 @@ class PromptLengthTrainer:
             return not self.rows[r] or self.rows[r][-1]["step"] != self.step  # the final step is always logged
         if self.next_log[r] > self.n_log:
             return False
-        t = self.clocks[r][min(self.step, len(self.step_sizes[r]))]
-        grid = self.horizon * self.next_log[r] / self.n_log
-        return t >= grid * (1 - 1e-12) or self.step >= len(self.step_sizes[r])
+        return self.step >= self._due_step(r)
+
+    def _due_step(self, r: int) -> int:
+        """The first step k whose clock t_k reaches run r's next grid time (its last step if none does): the clock
+        never decreases, so ``t_step ≥ grid`` is ``step ≥ k`` (cached until the run logs)."""
+        j = self.next_log[r]
+        if self._due.get(r, (None,))[0] != j:
+            grid = self.horizon * j / self.n_log
+            k = int(np.searchsorted(self.clocks[r], grid * (1 - 1e-12), side="left"))
+            self._due[r] = (j, min(k, len(self.step_sizes[r])))
+        return self._due[r][1]
 
     def log(self, runs: list[int], test_set) -> None:
         """Append one row per run in ``runs`` (the test loss of all of them in one pass)."""
@@ -98,7 +109,10 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        plan = tuning.plan_for(int(sub.softmax.sum()), self.L, self.batch_size, self.task.token_dim, self.dtype, self.device)
+        key = tuple(runs)
+        if key not in self._n_softmax:
+            self._n_softmax[key] = sum(self.specs[r].model == "softmax" for r in runs)
+        plan = tuning.plan_for(self._n_softmax[key], self.L, self.batch_size, self.task.token_dim, self.dtype, self.device)
         loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, plan)
         values = loss.double().cpu().numpy()
         diverged = []
@@ -133,8 +147,8 @@ class PromptLengthTrainer:
             if checkpoint is not None and checkpoint_every and self.step and self.step % checkpoint_every == 0:
                 checkpoint.save(self.state(key))
             diverged = []
-            for stream in sorted({s.stream for s in self.specs}):
-                runs = [r for r, s in enumerate(self.specs) if s.stream == stream and self.active(r)]
+            for stream, members in self._streams.items():
+                runs = [r for r in members if self.active(r)]
                 diverged += self.advance(stream, runs) if runs else []
             if diverged:
                 self._diverged(diverged, test_set, fatal_divergence)
