@@ -18,8 +18,9 @@ quadratic in the prompt: all they read from it is C = Σᵢ zᵢzᵢᵀ/L [B, D,
 
 g_rb = ∂ℓ_r/∂ŷ_rb; then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, ∇K = Q∇Uᵀ/√D, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ.
 A marginal linear run costs O(B D²) per step, a marginal softmax run two rows and three elementwise passes
-(max, exp, e·w). Large batches go through in blocks of prompts (BLOCK_ELEMENTS), so that the rows stay in
-cache and memory stays bounded.
+(max, exp, e·w). The softmax rows go through in blocks of prompts (a :class:`Plan`, tuned per machine by
+:mod:`largeprompt.icl.engine.tuning`, capped by BLOCK_ELEMENTS), so that they stay in cache and memory stays
+bounded; everything else is computed once for the whole batch.
 Checked against autograd through the naive Q/K/V/O model (tests/test_stacked.py).
 """
 from __future__ import annotations
@@ -81,14 +82,18 @@ def _attention_in_order(stack: RunStack):
     return (U, u, back, S) if order is None else (U[order], u[order], back, S)
 
 
-def _rows(query, prompt, U, u, S: int, base2: bool = False):
-    """a [B, R, D] and the softmax runs' rows [B, 2S, L]: s_r = prompt a_r (r < S; times log₂e if ``base2``), then
-    w_r = prompt u_r, in one batched product."""
+def _tilts(query, U):
+    """a [B, R, D]: a_rb = U_r q_b."""
     R, D, _ = U.shape
-    a = (query @ U.reshape(R * D, D).T).view(-1, R, D)  # a_rb = U_r q_b
+    return (query @ U.reshape(R * D, D).T).view(-1, R, D)
+
+
+def _columns(a, u, S: int, base2: bool):
+    """The softmax runs' columns [B, 2S, D]: a_r (times log₂e if ``base2``), then u_r; rows = columns · promptᵀ are
+    their scores s_r = prompt a_r and values w_r = prompt u_r, in one batched product."""
+    B, _, D = a.shape
     tilt = a[:, :S] * LOG2E if base2 else a[:, :S]
-    columns = torch.cat([tilt, u[:S].expand(a.shape[0], S, D)], dim=1)  # [B, 2S, D]
-    return a, columns @ prompt.mT
+    return torch.cat([tilt, u[:S].expand(B, S, D)], dim=1)
 
 
 def _exponentiate(rows, S: int, base2: bool = False):
@@ -111,27 +116,23 @@ def _linear_readout(a, u, C):
     return (a * Cu).sum(-1), Cu, a @ C  # C is symmetric
 
 
-def _softmax_readout(a, rows, prompt, u, S: int, base2: bool):
-    """Softmax runs: ŷ = u·m [B, S], and per unit ∂ℓ/∂ŷ the moments of ∇a (n − ŷm) and ∇u (m); ``rows`` is
-    overwritten."""
+def _softmax_readout(columns, prompt, u, S: int, base2: bool):
+    """Softmax runs on one block of prompts: ŷ = u·m [b, S], and per unit ∂ℓ/∂ŷ the moments of ∇a (n − ŷm) and ∇u
+    (m)."""
+    rows = columns @ prompt.mT  # [b, 2S, L]
     Z = _exponentiate(rows, S, base2)
     rows[:, S:].mul_(rows[:, :S])  # e·w
-    moments = (prompt.mT @ rows.mT).mT  # [B, 2S, D]: Σ e z, then Σ e w z (this orientation: 1.7x faster with MKL)
+    moments = (prompt.mT @ rows.mT).mT  # [b, 2S, D]: Σ e z, then Σ e w z (this orientation: 1.7x faster with MKL)
     mean, tilted = moments[:, :S] / Z, moments[:, S:] / Z  # m, n
     prediction = (mean * u).sum(-1)
     return prediction, tilted - prediction.unsqueeze(-1) * mean, mean
 
 
-def _predict_block(query, prompt, U, u, S: int, base2: bool):
-    """ŷ [B, R] of one block (softmax runs first)."""
-    a, rows = _rows(query, prompt, U, u, S, base2)
-    out = []
-    if S:
-        Z = _exponentiate(rows, S, base2)
-        out.append((rows[:, :S] * rows[:, S:]).sum(-1) / Z.squeeze(-1))  # Σ e w / Z
-    if S < U.shape[0]:
-        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
-    return torch.cat(out, dim=1)
+def _softmax_prediction(columns, prompt, S: int, base2: bool):
+    """Softmax runs on one block of prompts: ŷ = Σ e w / Z [b, S]."""
+    rows = columns @ prompt.mT
+    Z = _exponentiate(rows, S, base2)
+    return (rows[:, :S] * rows[:, S:]).sum(-1) / Z.squeeze(-1)
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,9 @@ class Plan:
 
 
 def default_plan(n_softmax: int, prompt_length: int, dim: int) -> Plan:
-    """The whole batch in blocks whose rows [block, 2S, L] (linear runs only: C [block, D, D] per token) hold at most
-    BLOCK_ELEMENTS numbers, base e."""
-    per_prompt = (2 * n_softmax if n_softmax else dim * dim) * max(1, prompt_length)
-    return Plan(max(1, BLOCK_ELEMENTS // per_prompt))
+    """The whole batch in blocks whose softmax rows [block, 2S, L] hold at most BLOCK_ELEMENTS numbers, base e (the
+    linear runs read C of the whole batch: never blocked)."""
+    return Plan(max(1, BLOCK_ELEMENTS // (2 * max(1, n_softmax) * max(1, prompt_length))))
 
 
 def _block_size(plan: Plan | None, n_softmax: int, prompt_length: int, dim: int) -> int:
@@ -173,22 +173,38 @@ def _blocks(batch: int, size: int):
     return [slice(start, start + size) for start in range(0, batch, size)]
 
 
-def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.Tensor:
-    """ŷ [R, B] of every run on one batch (a large test set goes through in blocks of prompts)."""
-    U, u, back, S = _attention_in_order(stack)
+def _blockwise(fn, columns, prompt, S: int, plan: Plan | None):
+    """``fn(columns, prompt, S, …)`` of the softmax runs over the batch in blocks of prompts (the plan's, capped by
+    memory), its outputs concatenated along the batch."""
     B, L, D = prompt.shape
-    size, base2 = _block_size(plan, S, L, D), bool(plan and plan.base2)
-    blocks = [_predict_block(query[rows_of], prompt[rows_of], U, u, S, base2) for rows_of in _blocks(B, size)]
-    prediction = torch.cat(blocks, dim=0).T  # [R, B], softmax runs first
+    size = _block_size(plan, S, L, D)
+    outs = [fn(columns[rows_of], prompt[rows_of]) for rows_of in _blocks(B, size)]
+    if len(outs) == 1:
+        return outs[0]
+    return torch.cat(outs) if isinstance(outs[0], torch.Tensor) else tuple(torch.cat(x) for x in zip(*outs))
+
+
+def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.Tensor:
+    """ŷ [R, B] of every run on one batch (the softmax runs' rows in blocks of prompts: a large test set fits)."""
+    U, u, back, S = _attention_in_order(stack)
+    base2 = bool(plan and plan.base2)
+    a, out = _tilts(query, U), []
+    if S:
+        out.append(_blockwise(lambda c, z: _softmax_prediction(c, z, S, base2), _columns(a, u, S, base2), prompt, S, plan))
+    if S < U.shape[0]:
+        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
+    prediction = torch.cat(out, dim=1).T  # [R, B], softmax runs first
     return prediction if back is None else prediction[back]
 
 
-def _readout_gradients(query, prompt, U, u, S: int, base2: bool):
-    """ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module doc)."""
-    a, rows = _rows(query, prompt, U, u, S, base2)
-    parts = []
+def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
+    """a [B, R, D], ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module
+    doc). Only the softmax runs go through in blocks; the linear runs read C of the whole batch."""
+    base2 = bool(plan and plan.base2)
+    a, parts = _tilts(query, U), []
     if S:
-        parts.append(_softmax_readout(a[:, :S], rows, prompt, u[:S], S, base2))
+        parts.append(_blockwise(lambda c, z: _softmax_readout(c, z, u[:S], S, base2), _columns(a, u, S, base2),
+                                prompt, S, plan))
     if S < U.shape[0]:
         parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt)))
     if len(parts) == 1:
@@ -196,29 +212,17 @@ def _readout_gradients(query, prompt, U, u, S: int, base2: bool):
     return tuple(torch.cat(x, dim=1) for x in zip(*parts))
 
 
-def _block_sums(query, prompt, target, U, u, S: int, batch: int, base2: bool):
-    """One block's Σ_b ℓ_rb [R], Σ_b ∇a_rb q_bᵀ [R·D, D] and Σ_b ∇u_rb [R, D], for the batch mean over ``batch``."""
-    R, D = u.shape
-    prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S, base2)
-    residual = prediction - target.unsqueeze(-1)  # [b, R]
-    g = ((2.0 / batch) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [b, R, 1]
-    grad_a = (for_a * g).reshape(-1, R * D)  # [b, R·D]
-    return (residual * residual).sum(0), grad_a.T @ query, (for_u * g).sum(0)
-
-
 def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None = None):
     """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically (``plan``: how, not what)."""
     B, L, D = prompt.shape
     U, u, back, S = _attention_in_order(stack)
     R = U.shape[0]
-    size, base2 = _block_size(plan, S, L, D), bool(plan and plan.base2)
-    total = None
-    for rows_of in _blocks(B, size):
-        sums = _block_sums(query[rows_of], prompt[rows_of], target[rows_of], U, u, S, B, base2)
-        total = sums if total is None else [t + x for t, x in zip(total, sums)]
-    loss, grad_U, grad_u = total
-    loss = loss / B  # [R]
-    grad_U = grad_U.view(R, D, D) / math.sqrt(D)  # ∇U/√D = Σ_b ∇a_rb q_bᵀ/√D
+    prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S, plan)
+    residual = prediction - target.unsqueeze(-1)  # [B, R]
+    g = ((2.0 / B) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [B, R, 1]
+    loss = (residual * residual).mean(0)  # [R]
+    grad_U = ((for_a * g).reshape(B, R * D).T @ query).view(R, D, D) / math.sqrt(D)  # Σ_b ∇a_rb q_bᵀ/√D
+    grad_u = (for_u * g).sum(0)  # [R, D]
     if back is not None:  # back to the stack's order
         loss, grad_U, grad_u = loss[back], grad_U[back], grad_u[back]
     grads = {

@@ -31,7 +31,7 @@ from largeprompt.kernel import autotune
 from largeprompt.kernel.kernel_cache import cache_file, locked, read_cache, write_cache
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
-PLAN_REVISION = 1  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
+PLAN_REVISION = 2  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
 BLOCKS = (4, 8, 16, 32, 64, 128)  # candidate prompts per block (powers of two: the tuned regime's batch rounds up)
 ROUNDS = 3
 
