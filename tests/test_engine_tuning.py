@@ -42,3 +42,8 @@ def test_linear_runs_only_are_tuned_in_base_e_and_blocks_never_exceed_the_batch(
     assert {p.base2 for p in tuning.candidates(0, 16)} == {False}
     assert max(p.block for p in tuning.candidates(2, 16)) == 16
     assert {p.base2 for p in tuning.candidates(2, 16)} == {False, True}
+
+
+def test_a_large_batch_is_tuned_on_at_most_the_tuning_batch():
+    plan, seconds = tuning.tune(2, 16, 1 << 15, 4, torch.float32)
+    assert set(seconds) == set(tuning.candidates(2, tuning.TUNING_BATCH)) and plan.block <= tuning.TUNING_BATCH

@@ -10,8 +10,8 @@ regime (dtype, device, D, softmax runs S, prompt length L and batch B, counts ro
 1. ``LARGEPROMPT_TRAINING_PLAN=block=<n>,exp=e|2`` in the environment wins;
 2. else this process's earlier choice (kept with the attention kernels': :func:`largeprompt.kernel.autotune.forget`
    drops both), else the per-machine cache (the attention kernels' file);
-3. else every candidate is timed on a synthetic step of the regime (best CPU time of interleaved rounds, well
-   under a second) under the cache's lock, and the winner is cached.
+3. else every candidate is timed on a synthetic step of the regime (at most TUNING_BATCH prompts; best CPU time of
+   interleaved rounds, well under a second) under the cache's lock, and the winner is cached.
 
 The choice is recorded with the attention kernels (:func:`largeprompt.kernel.autotune.kernels_used`) in every
 Parquet file's provenance, so a rerun on the same machine is bit-identical, and setting the variable to a
@@ -31,9 +31,11 @@ from largeprompt.kernel import autotune
 from largeprompt.kernel.kernel_cache import cache_file, locked, read_cache, write_cache
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
-PLAN_REVISION = 2  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
+PLAN_REVISION = 3  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
 BLOCKS = (4, 8, 16, 32, 64, 128)  # candidate prompts per block (powers of two: the tuned regime's batch rounds up)
 ROUNDS = 3
+TUNING_BATCH = 256  # prompts of the synthetic step: a block's speed does not depend on the batch around it, and a
+# transfer batch (32 768 prompts of L = 1000) would take minutes and gigabytes to time
 
 
 def regime_key(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype, device) -> str:
@@ -98,7 +100,7 @@ def _from_cache_or_tuning(n_softmax, prompt_length, batch, dim, dtype, regime) -
 def tune(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype):
     """The fastest candidate plan and every candidate's best time (s), at the regime's bucket sizes."""
     up = autotune._pow2_at_least  # noqa: SLF001
-    S, L, B = (up(n_softmax) if n_softmax else 0), up(prompt_length), up(batch)
+    S, L, B = (up(n_softmax) if n_softmax else 0), up(prompt_length), min(up(batch), TUNING_BATCH)
     seconds = time_plans(candidates(S, B), S, L, B, dim, dtype)
     return min(seconds, key=seconds.get), seconds
 
