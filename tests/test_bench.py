@@ -292,3 +292,13 @@ def test_a_floor_is_the_count_times_the_rate_and_an_unknown_sampler_says_where_t
     assert floors.floor_seconds(drawn) == 1000.0 * rates["normal/torch/float32"] + 10.0 * rates["bits/numpy/int64"]
     with pytest.raises(ValueError, match="SAMPLERS"):
         floors.floor_seconds({"normal/jax/float32": 1.0})
+
+
+def test_the_device_step_timings_run_on_the_cpu_and_split_the_step():
+    """largeprompt.bench.device_steps (docs/performance.md#training-gpu), on the CPU where there is no GPU."""
+    from largeprompt.bench import device_steps
+
+    rows = device_steps.device_rows(devices=("cpu",), lengths=(10,), n=2)
+    assert [(r["runs"], r["L"]) for r in rows] == [("2 runs", 10), ("18 runs", 10)]
+    for row in rows:
+        assert row["step_ms"] > 0 and row["loss_and_gradients_ms"] > 0 and row["draw_and_copy_ms"] > 0
