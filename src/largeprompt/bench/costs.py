@@ -30,25 +30,15 @@ def with_values(config: dict, **dotted) -> dict:
 
 
 SLICE_PEAKS: dict[str, float] = {}  # rule → the largest peak RSS (MB) of its timed slices in this process
-SLICE_DRAWS: dict[str, tuple[float, dict]] = {}  # rule → (CPU seconds, numbers drawn per sampler) of its largest slice
 
 
 def timed(rule: str, params: dict, folder: Path, inputs: dict | None = None) -> dict:
     """{"cpu": seconds, "rss_mb": peak, "drawn": {sampler: count}} of one ``stage_run`` worker; the peak is also kept
-    in SLICE_PEAKS, the largest slice's draws in SLICE_DRAWS."""
+    in SLICE_PEAKS."""
     folder.mkdir(parents=True, exist_ok=True)
     out = run_worker("stage_run", rule=rule, inputs=inputs or {}, folder=str(folder), params=params)
     SLICE_PEAKS[rule] = max(SLICE_PEAKS.get(rule, 0.0), float(out["rss_mb"]))
-    if out["cpu"] >= SLICE_DRAWS.get(rule, (-1.0, {}))[0]:
-        SLICE_DRAWS[rule] = (float(out["cpu"]), out["drawn"])
     return out
-
-
-def floor_fraction(rule: str) -> float:
-    """The floor's share of a job of ``rule``: its largest slice's floor (bench.floors) over its CPU time; 0 for a
-    rule that draws nothing or was never sliced."""
-    cpu, drawn = SLICE_DRAWS.get(rule, (0.0, {}))
-    return floors.floor_seconds(drawn) / cpu if cpu > 0 else 0.0
 
 
 def prepared(kind: str, folder: Path, **spec) -> dict:
@@ -56,28 +46,24 @@ def prepared(kind: str, folder: Path, **spec) -> dict:
 
 
 def _sliced(rule, config, folder, sizes, settings, inputs=None):
-    """Fit of the stage's CPU seconds against the work sizes; ``settings(w)`` gives the dotted overrides at w.
+    """Fits of the stage's CPU seconds and of its floor (the numbers its slices drew, :mod:`largeprompt.bench.floors`)
+    against the work sizes; ``settings(w)`` gives the dotted overrides at w.
 
     The smallest slice runs once untimed first: a stage's first run on a machine may tune its attention kernel
     (largeprompt.kernel.autotune), which would inflate the small slice and flatten the fitted slope.
     """
     timed(rule, with_values(config, **settings(min(sizes))), folder / f"{rule}_warmup", inputs)
     runs = [timed(rule, with_values(config, **settings(w)), folder / f"{rule}_{w}", inputs) for w in sizes]
-    return fit_linear(sizes, [r["cpu"] for r in runs]), runs
-
-
-def floor_fit(sizes, runs):
-    """The fitted floor a + b·w (CPU seconds of the numbers drawn, :mod:`largeprompt.bench.floors`) of the slices
-    ``runs`` of :func:`_sliced`: a job whose rule draws from different samplers per job (one per token measure)."""
-    return fit_linear(sizes, [floors.floor_seconds(r["drawn"]) for r in runs])
+    return fit_linear(sizes, [r["cpu"] for r in runs]), floors.floor_fit(sizes, runs)
 
 
 def affine_limit(config, folder, quick) -> tuple[list[Job], str]:
     inputs = prepared("queries", folder / "queries", params=config)
     sizes = [2, 6] if quick else [4, 12]
-    fit, _ = _sliced("simulate_affine_limit", config, folder, sizes, lambda w: {"affine_limit__n_prompts": w}, inputs)
+    fit, floor = _sliced("simulate_affine_limit", config, folder, sizes, lambda w: {"affine_limit__n_prompts": w}, inputs)
     n = config["affine_limit"]["n_prompts"]
-    return [Job("simulate_affine_limit", "affine_limit", predict_linear(fit, n), ("make_affine_limit_queries",))], \
+    return [Job("simulate_affine_limit", "affine_limit", predict_linear(fit, n), ("make_affine_limit_queries",),
+                predict_linear(floor, n))], \
         f"n_prompts {sizes} → {n}"
 
 
@@ -105,9 +91,9 @@ def concentration(config, folder, quick) -> tuple[list[Job], str]:
     jobs = []
     for measure in b["measures"]:
         cfg = with_values(config, measure=measure, concentration__n_repetitions=block)
-        fit, runs = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
+        fit, floor = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
         jobs.append(Job(f"simulate_concentration_errors {measure}", "simulate_concentration_errors",
-                        predict_linear(fit, paper_work), floor=predict_linear(floor_fit(work, runs), paper_work)))
+                        predict_linear(fit, paper_work), floor=predict_linear(floor, paper_work)))
     collect, rates = _error_tables(config, folder, quick)
     jobs += [Job("collect_concentration_errors", "collect_concentration_errors", collect,
                  ("simulate_concentration_errors",)),
@@ -141,10 +127,10 @@ def fixed_query(config, folder, quick) -> tuple[list[Job], str]:
     f = config["fixed_query_bound"]
     block, log2, work_sizes, settings = _block_slices(f, "fixed_query_bound", quick)
     cfg = with_values(config, fixed_query_bound__n_repetitions=block)
-    fit, runs = _sliced("simulate_fixed_query_bound", cfg, folder, work_sizes, settings)
+    fit, floor = _sliced("simulate_fixed_query_bound", cfg, folder, work_sizes, settings)
     work = f["n_repetitions"] * 2 ** f["log2_max_prompt_length"]
     return [Job("simulate_fixed_query_bound", "fixed_query_bound", predict_linear(fit, work),
-                floor=predict_linear(floor_fit(work_sizes, runs), work))], \
+                floor=predict_linear(floor, work))], \
         f"{block} repetitions x L_max = 2^{log2} → {f['n_repetitions']} x 2^{f['log2_max_prompt_length']}"
 
 
@@ -154,7 +140,7 @@ def flow_fit(config, folder, quick):
     fractions = [1 / 16, 1 / 8] if quick else [1 / 4, 1 / 2]  # adaptive ODE steps: its cost is not linear in T
     sizes = [horizon * x for x in fractions]
     cfg = with_values(config, run_seed=config["train"]["seeds"][0])
-    fit, _ = _sliced("full_model_flow", cfg, folder, sizes,
+    fit, _ = _sliced("full_model_flow", cfg, folder, sizes,  # an ODE: it draws nothing
                      lambda T: {"train__horizon": T, "infinite__flow_points": max(2, round(points * T / horizon))})
     return fit, sizes
 
@@ -166,17 +152,18 @@ def flows(config, folder, quick) -> tuple[list[Job], str]:
     jobs = [Job(f"full_model_flow seed={s}", "full_model_flow", predict_linear(fit, horizon))
             for s in config["train"]["seeds"]]
     alphas = config["infinite"]["balanced_flow"]["alphas"]
-    bal, _ = _sliced("balanced_flow", config, folder, [1, 2],
+    bal, _ = _sliced("balanced_flow", config, folder, [1, 2],  # an ODE: it draws nothing
                      lambda n: {"infinite__balanced_flow__alphas": alphas[:n]})
     reduced = config["infinite"]["reduced_model"]
     seeds, steps = reduced["seeds"], reduced["steps"]
     cfg = with_values(config, infinite__reduced_model__seeds=seeds[:1])  # cost ∝ seeds x steps
-    red, _ = _sliced("reduced_model", cfg, folder, [5, 10] if quick else [10, 20],
+    red, red_floor = _sliced("reduced_model", cfg, folder, [5, 10] if quick else [10, 20],
                      lambda n: {"infinite__reduced_model__steps": n})
     t = config["transfer"]
     gap = len(t["seeds"]) * predict_linear(fit, t["horizon"])  # one flow per seed at the runs' logged times
     jobs += [Job("balanced_flow", "balanced_flow", predict_linear(bal, len(alphas))),
-             Job("reduced_model", "reduced_model", len(seeds) * predict_linear(red, steps)),
+             Job("reduced_model", "reduced_model", len(seeds) * predict_linear(red, steps), (),
+                 len(seeds) * predict_linear(red_floor, steps)),
              Job("trajectory_gap", "trajectory_gap", gap, ("train_transfer", "reduced_model"))]
     return jobs, f"full_model_flow: horizon {[round(x, 3) for x in sizes]} → {horizon}; balanced_flow: 1, 2 starts " \
                  f"→ {len(alphas)}; reduced_model: 1 seed x {[10, 20]} steps → {len(seeds)} x {steps}"
@@ -185,7 +172,8 @@ def flows(config, folder, quick) -> tuple[list[Job], str]:
 def init_dependence(config, folder, quick) -> tuple[list[Job], str]:
     """simulate_init_dependence at 2 and 4 seeds (``quick``: 1 and 2), extrapolated in seeds; its summary is cheap."""
     sizes = [1, 2] if quick else [2, 4]
-    fit, _ = _sliced("simulate_init_dependence", config, folder, sizes, lambda n: {"init_dependence__n_seeds": n})
+    fit, _ = _sliced("simulate_init_dependence", config, folder, sizes,  # flows of N inits: no draws
+                     lambda n: {"init_dependence__n_seeds": n})
     n = config["init_dependence"]["n_seeds"]
     return [Job("simulate_init_dependence", "simulate_init_dependence", predict_linear(fit, n)),
             Job("summarize_init_dependence", "summarize_init_dependence", 0.0, ("simulate_init_dependence",))], \
@@ -205,10 +193,11 @@ def data(config, folder, quick) -> tuple[list[Job], str, float]:
         test_set = {"test_set": str(folder / f"make_icl_test_set_{n}" / "test_set.parquet")}
         for rule in cost:
             inputs = None if rule == "make_icl_test_set" else test_set
-            cost[rule].append(timed(rule, cfg, folder / f"{rule}_{n}", inputs)["cpu"])
+            cost[rule].append(timed(rule, cfg, folder / f"{rule}_{n}", inputs))
     n = config["icl"]["n_test"]
-    at = {rule: predict_linear(fit_linear(sizes, c), n) for rule, c in cost.items()}
-    jobs = [Job("make_icl_test_set", "make_icl_test_set", at["make_icl_test_set"]),
+    at = {rule: predict_linear(fit_linear(sizes, [r["cpu"] for r in runs]), n) for rule, runs in cost.items()}
+    floor = predict_linear(floors.floor_fit(sizes, cost["make_icl_test_set"]), n)  # the only one of them that draws
+    jobs = [Job("make_icl_test_set", "make_icl_test_set", at["make_icl_test_set"], (), floor),
             Job("bayes_risk", "bayes_risk", at["bayes_risk"], ("make_icl_test_set",)),
             Job("make_affine_limit_queries", "make_affine_limit_queries", 0.0)]
     return jobs, f"n_test {sizes} → {n} at L = {longest}", at["load_test_set"]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from largeprompt.bench.report import run_worker
+from largeprompt.bench.schedule import fit_linear
 from largeprompt.core.seeding import draw
 
 SAMPLERS = ("normal/numpy/float64", "normal/torch/float32", "normal/torch/float64", "uniform/numpy/float64",
@@ -50,3 +51,8 @@ def floor_seconds(drawn: dict[str, float]) -> float:
     if unknown:
         raise ValueError(f"no timed rate for sampler(s) {sorted(unknown)}: add them to largeprompt.bench.floors.SAMPLERS")
     return sum(n * per_number[name] for name, n in drawn.items())
+
+
+def floor_fit(sizes, runs):
+    """The fitted floor a + b·w (seconds) of timed slices ``runs`` at work ``sizes``, each with its ``drawn`` counts."""
+    return fit_linear(sizes, [floor_seconds(r["drawn"]) for r in runs])

@@ -82,9 +82,9 @@ def paper_stages(config: dict, folder: Path, quick: bool) -> list[tuple[str, lis
 
 
 def job_floor(job: Job) -> float:
-    """CPU seconds of the random numbers ``job`` must draw: the training engine's per step, or its rule's largest
-    timed slice's share (:func:`largeprompt.bench.costs.floor_fraction`)."""
-    return job.floor if job.floor is not None else job.seconds * costs.floor_fraction(job.name.split()[0])
+    """CPU seconds of the random numbers ``job`` must draw, fitted from its slices' draws (0 for a job that draws
+    nothing or was never sliced)."""
+    return job.floor or 0.0
 
 
 def _floor_text(hours: float, floor: float) -> str:

@@ -39,7 +39,7 @@ class Job:
     stage: str
     seconds: float
     after: tuple[str, ...] = field(default=())
-    floor: float | None = None  # CPU seconds of the random numbers it must draw (bench.floors); None: from its slices
+    floor: float | None = None  # CPU seconds of the random numbers it must draw (bench.floors); None: none
 
 
 def schedule(jobs: list[Job], cores: int) -> float:

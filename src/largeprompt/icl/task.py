@@ -36,7 +36,7 @@ class RegressionTask:
         self._chol = torch.linalg.cholesky(self.covariance)  # Λ = C Cᵀ
         if token_measure != "gaussian" and not torch.equal(self.covariance, torch.eye(self.dim, dtype=torch.float64)):
             raise ValueError(f"{token_measure} covariates have i.i.d. unit-variance coordinates: the covariance must be I")
-        self._templates = {}
+        self._chol_cache = {}
 
     def sample(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
         """Draw ``batch`` prompts: (query_tokens [B, D], prompt_tokens [B, L, D], targets [B])."""
@@ -72,9 +72,9 @@ class RegressionTask:
     def _chol_in(self, dtype, device):
         """C in ``dtype`` on ``device`` (cached: training draws in one dtype)."""
         key = (dtype, str(device))
-        if key not in self._templates:
-            self._templates = {key: self._chol.to(dtype=dtype, device=device)}
-        return self._templates[key]
+        if key not in self._chol_cache:
+            self._chol_cache = {key: self._chol.to(dtype=dtype, device=device)}
+        return self._chol_cache[key]
 
     def _sample_bounded(self, batch: int, prompt_length: int, generator, dtype, device):
         """Rademacher or uniform covariates x [B, L+1, d], then the noise [B, L+1] and β [B, d] from the same

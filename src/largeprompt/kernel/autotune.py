@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from largeprompt.kernel.kernel_cache import cache_file, locked, read_cache, write_cache
+from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
 from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
 
 ENV_KERNEL = "LARGEPROMPT_ATTENTION_KERNEL"
@@ -158,11 +158,7 @@ def time_candidates(kernels, queries, prompts, dim, second_moment, dtype, rounds
     return best
 
 
-def _cached_kernel(machines: dict, machine: str, regime: str) -> AttentionKernel | None:
-    entry = machines.get(machine, {}).get(regime)
-    text = entry.get("kernel") if isinstance(entry, dict) else None
-    if not isinstance(text, str):
-        return None
+def _parse_cached(text: str) -> AttentionKernel | None:
     try:
         return AttentionKernel.parse(text, default_kernel(1))
     except ValueError:
@@ -170,19 +166,8 @@ def _cached_kernel(machines: dict, machine: str, regime: str) -> AttentionKernel
 
 
 def _kernel_from_cache_or_tuning(queries, prompts, dim, second_moment, dtype, regime) -> tuple[AttentionKernel, str]:
-    path, machine = cache_file(), machine_key()
-    kernel = _cached_kernel(read_cache(path), machine, regime)
-    if kernel is not None:
-        return kernel, "cache"
-    with locked(path.with_name(path.name + ".lock")):
-        machines = read_cache(path)  # another job may have tuned while we waited for the lock
-        kernel = _cached_kernel(machines, machine, regime)
-        if kernel is not None:
-            return kernel, "cache"
-        kernel, seconds = tune(queries, prompts, dim, second_moment, dtype)
-        machines.setdefault(machine, {})[regime] = {"kernel": str(kernel), "seconds": {str(k): s for k, s in seconds.items()}}
-        write_cache(path, machines)
-        return kernel, "tuned"
+    return cached_or_tuned(machine_key(), regime, "kernel", _parse_cached,
+                           lambda: tune(queries, prompts, dim, second_moment, dtype))
 
 
 def tune(queries, prompts, dim, second_moment, dtype) -> tuple[AttentionKernel, dict[AttentionKernel, float]]:

@@ -60,3 +60,28 @@ def write_cache(path: Path, machines: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def cached_or_tuned(machine: str, regime: str, field: str, parse, tune):
+    """(choice, 'cache' | 'tuned') of ``regime`` on ``machine``: the cached entry's ``field`` read by ``parse`` (None
+    if unusable), else ``tune()`` → (choice, {candidate: seconds}) under the cache's lock, written back atomically.
+    A job that finds the lock held waits and re-reads, so concurrent jobs agree: the first writer wins."""
+
+    def cached(machines: dict):
+        entry = machines.get(machine, {}).get(regime)
+        text = entry.get(field) if isinstance(entry, dict) else None
+        return parse(text) if isinstance(text, str) else None
+
+    path = cache_file()
+    choice = cached(read_cache(path))
+    if choice is not None:
+        return choice, "cache"
+    with locked(path.with_name(path.name + ".lock")):
+        machines = read_cache(path)  # another job may have tuned while we waited for the lock
+        choice = cached(machines)
+        if choice is not None:
+            return choice, "cache"
+        choice, seconds = tune()
+        machines.setdefault(machine, {})[regime] = {field: str(choice), "seconds": {str(k): s for k, s in seconds.items()}}
+        write_cache(path, machines)
+        return choice, "tuned"

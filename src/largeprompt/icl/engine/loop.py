@@ -39,7 +39,7 @@ class PromptLengthTrainer:
         self.next_log = [0] * len(specs)  # index j of the next grid time T·j/n_log to log
         self._due: dict[int, tuple[int, int]] = {}  # run → (next_log, the first step whose clock reaches that grid time)
         self._streams = {j: [r for r, s in enumerate(specs) if s.stream == j] for j in sorted({s.stream for s in specs})}
-        self._n_softmax = {}  # runs → how many of them are softmax runs
+        self._plans: dict[tuple[int, ...], stacked.Plan] = {}  # runs stepped together → the machine's plan for them
 
     def key(self, extra: dict) -> str:
         """What determines the trajectories: settings, runs and every step size (hashed)."""
@@ -102,6 +102,15 @@ class PromptLengthTrainer:
             if k >= len(self.step_sizes[r]) or self.status[r] != "ok":
                 self.next_log[r] = self.n_log + 1  # the run is over: no more rows
 
+    def _plan(self, runs: list[int]) -> stacked.Plan:
+        """The plan of a step of ``runs`` (:func:`largeprompt.icl.engine.tuning.plan_for`), looked up once per set of runs."""
+        key = tuple(runs)
+        if key not in self._plans:
+            n_softmax = sum(self.specs[r].model == "softmax" for r in runs)
+            self._plans[key] = tuning.plan_for(n_softmax, self.L, self.batch_size, self.task.token_dim, self.dtype,
+                                               self.device)
+        return self._plans[key]
+
     def advance(self, stream: int, runs: list[int]) -> list[int]:
         """One SGD step of ``runs`` (all on batch stream ``stream``); returns the runs that diverged."""
         query, prompt, target = batch(self.task, self.base_seed, stream, self.step, self.batch_size, self.L,
@@ -109,11 +118,7 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        key = tuple(runs)
-        if key not in self._n_softmax:
-            self._n_softmax[key] = sum(self.specs[r].model == "softmax" for r in runs)
-        plan = tuning.plan_for(self._n_softmax[key], self.L, self.batch_size, self.task.token_dim, self.dtype, self.device)
-        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, plan)
+        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, self._plan(runs))
         values = loss.double().cpu().numpy()
         diverged = []
         for r, value in zip(runs, values):

@@ -26,9 +26,10 @@ import warnings
 
 import torch
 
+from largeprompt.icl import models
 from largeprompt.icl.engine import stacked
 from largeprompt.kernel import autotune
-from largeprompt.kernel.kernel_cache import cache_file, locked, read_cache, write_cache
+from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
 PLAN_REVISION = 3  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
@@ -57,9 +58,7 @@ def time_plans(plans, n_softmax: int, prompt_length: int, batch: int, dim: int, 
     """Best-of-ROUNDS CPU seconds of one loss_and_gradients per plan, S softmax runs and one linear run, on the
     same synthetic batch."""
     gen = torch.Generator().manual_seed(0)
-    R = n_softmax + 1
-    weights = [{n: 0.3 * torch.randn(*shape, generator=gen, dtype=dtype) for n, shape in
-                (("Q", (dim, dim)), ("K", (dim, dim)), ("V", (dim, dim)), ("O", (1, dim)))} for _ in range(R)]
+    weights = [models.init_parameters(dim, gen, dtype=dtype) for _ in range(n_softmax + 1)]
     stack = stacked.RunStack.from_parameters(weights, [True] * n_softmax + [False])
     query = torch.randn(batch, dim, generator=gen, dtype=dtype)
     prompt = torch.randn(batch, dim, prompt_length, generator=gen, dtype=dtype).mT  # feature-major, as drawn
@@ -73,28 +72,11 @@ def time_plans(plans, n_softmax: int, prompt_length: int, batch: int, dim: int, 
     return best
 
 
-def _cached(machines: dict, machine: str, regime: str) -> stacked.Plan | None:
-    entry = machines.get(machine, {}).get(regime)
+def _parse_cached(text: str) -> stacked.Plan | None:
     try:
-        return stacked.Plan.parse(entry["plan"]) if isinstance(entry, dict) else None
-    except (KeyError, TypeError, ValueError):
+        return stacked.Plan.parse(text)
+    except ValueError:
         return None
-
-
-def _from_cache_or_tuning(n_softmax, prompt_length, batch, dim, dtype, regime) -> tuple[stacked.Plan, str]:
-    path, machine = cache_file(), autotune.machine_key()
-    plan = _cached(read_cache(path), machine, regime)
-    if plan is not None:
-        return plan, "cache"
-    with locked(path.with_name(path.name + ".lock")):
-        machines = read_cache(path)  # another job may have tuned while we waited for the lock
-        plan = _cached(machines, machine, regime)
-        if plan is not None:
-            return plan, "cache"
-        plan, seconds = tune(n_softmax, prompt_length, batch, dim, dtype)
-        machines.setdefault(machine, {})[regime] = {"plan": str(plan), "seconds": {str(p): s for p, s in seconds.items()}}
-        write_cache(path, machines)
-        return plan, "tuned"
 
 
 def tune(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype):
@@ -120,7 +102,8 @@ def plan_for(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype, de
         plan, source = stacked.default_plan(n_softmax, prompt_length, dim), "default"
     else:
         try:
-            plan, source = _from_cache_or_tuning(n_softmax, prompt_length, batch, dim, dtype, regime)
+            plan, source = cached_or_tuned(autotune.machine_key(), regime, "plan", _parse_cached,
+                                           lambda: tune(n_softmax, prompt_length, batch, dim, dtype))
         except OSError as exc:  # unwritable cache folder: tune for this process only
             warnings.warn(f"kernel cache {cache_file()} unusable ({exc}); tuning without caching", stacklevel=2)
             plan, source = tune(n_softmax, prompt_length, batch, dim, dtype)[0], "tuned"
