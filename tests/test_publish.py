@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from largeprompt.io.parquet_io import read_provenance, write_parquet
-from largeprompt.publish import measured_jobs, publish, small_png, stage_times
+from helpers import REPO
+from largeprompt.io.parquet_io import read_parquet, read_provenance, write_parquet
+from largeprompt.publish import measured_jobs, publish, publish_single_seed, small_png, stage_times
 
 
 def test_a_large_png_is_shrunk_under_the_limit_and_a_small_one_kept(tmp_path):
@@ -60,3 +61,24 @@ def test_publish_copies_small_tables_with_their_provenance_and_skips_large_ones(
     assert read_provenance(copied)["git_commit"] == "abc"
     assert not (out / "tables" / "big.parquet").exists()
     assert "`abc`" in (out / "times.md").read_text()
+
+
+def test_single_seed_page_puts_the_reference_seed_against_the_other_seeds(tmp_path):
+    """The published single-seed run's table as the reference; a multi-seed run made from it: seeds 0..4 at the
+    reference's value ± a known spread (inside at every (model, L)), then one length moved far off (outside there)."""
+    reference = REPO / "docs" / "paper-run" / "single-seed"
+    single = read_parquet(reference / "training_runs.parquet")
+    offsets = np.array([-0.02, -0.01, 0.0, 0.01, 0.02])
+    many = pd.concat([single] + [single.assign(seed=s, final_test_loss=single["final_test_loss"] * (1 + o))
+                                 for s, o in enumerate(offsets)], ignore_index=True)
+    tables = tmp_path / "tables"
+    write_parquet(many, tables / "train" / "training_runs.parquet", {"rule": "t"})
+    summary = publish_single_seed(tables, reference, tmp_path / "single-seed.md")
+    pairs = len(single.groupby(["model", "prompt_length"]))
+    assert summary.endswith(f"at {pairs} of {pairs} (model, L)")
+    moved = many.copy()
+    far = (moved["seed"] != 327) & (moved["prompt_length"] == 1000)
+    moved.loc[far, "final_test_loss"] *= 2
+    write_parquet(moved, tables / "train" / "training_runs.parquet", {"rule": "t"})
+    assert publish_single_seed(tables, reference, tmp_path / "single-seed.md").endswith(f"at {pairs - 2} of {pairs} (model, L)")
+    assert "| softmax | 1000 |" in (tmp_path / "single-seed.md").read_text()

@@ -22,6 +22,7 @@ from largeprompt.bench.memory import benchmark_records
 from largeprompt.bench.report import machine_description
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.ledger.claims import evaluate
+from largeprompt.ledger.representative import seed_against_reference
 from largeprompt.reading import format_ledger
 
 MAX_PNG_BYTES = 400_000
@@ -119,7 +120,30 @@ def publish_claims(run: str, tables: Path, target: Path) -> None:
                       + format_ledger(ledger, "markdown") + "\n")
 
 
-def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path = Path(".")) -> str:
+def publish_single_seed(tables: Path, reference: Path, target: Path, seed: int = 327) -> str:
+    """single-seed.md: seed ``seed`` of an earlier single-seed run (``reference``/training_runs.parquet) against the
+    other ok seeds of this run, per (model, L) (:mod:`largeprompt.ledger.representative`); its summary line."""
+    table = seed_against_reference(read_parquet(tables / "train" / "training_runs.parquet"),
+                                   read_parquet(reference / "training_runs.parquet"), seed)
+    inside = int(table["reference_within"].sum())
+    summary = (f"seed {seed} of the single-seed run lies within the other seeds' 95% prediction interval at {inside} of "
+               f"{len(table)} (model, L)")
+    shown = table.drop(columns=["status_now", "status_reference"]).assign(
+        status=table["status_now"].astype(str) + " / " + table["status_reference"].astype(str))
+    lines = [f"# Seed {seed}: the single-seed run against this run's other seeds", "",
+             f"{summary}. Final test MSE of seed {seed} then (`seed_reference`, from `{reference}`) and now "
+             f"(`seed_now`, same init, other batches), against the 95% prediction interval of one more seed from this "
+             "run's other ok seeds (`pi_low`, `pi_high`); `difference_in_sd`: now − then in units of their spread. "
+             "The rule: [docs/experiments.md#paper-seeds](../experiments.md#paper-seeds).", "",
+             "| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    for row in shown.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
+    target.write_text("\n".join(lines) + "\n")
+    return summary
+
+
+def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path = Path("."),
+            reference: Path | None = None) -> str:
     """Publish run ``run`` of the checkout at ``root`` into ``out``; a one-line summary."""
     prediction = json.loads(prediction_file.read_text()) if prediction_file else None
     figures = publish_figures(root / "figures" / run, out / "figures")
@@ -130,7 +154,10 @@ def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path
     table.to_parquet(out / "times.parquet", index=False)
     (out / "times.md").write_text(times_page(run, table, jobs, commits, prediction))
     publish_claims(run, out / "tables", out / "claims.md")
-    return f"published {len(figures)} figures, {len(tables)} tables and the times of {len(jobs)} jobs into {out}"
+    done = f"published {len(figures)} figures, {len(tables)} tables and the times of {len(jobs)} jobs into {out}"
+    if reference is not None:
+        done += "; " + publish_single_seed(out / "tables", reference, out / "single-seed.md")
+    return done
 
 
 def main(argv=None) -> int:
@@ -139,6 +166,8 @@ def main(argv=None) -> int:
     parser.add_argument("run", help="the run name (config key `run`), e.g. paper")
     parser.add_argument("--out", type=Path, required=True, help="folder to write, e.g. docs/paper-run")
     parser.add_argument("--prediction", type=Path, help="the JSON of `largeprompt bench --paper --save`")
+    parser.add_argument("--reference", type=Path, help="a folder with an earlier single-seed run's training_runs.parquet "
+                        "(e.g. docs/paper-run/single-seed): its seed 327 against this run's other seeds")
     args = parser.parse_args(argv)
-    print(publish(args.run, args.out, args.prediction))
+    print(publish(args.run, args.out, args.prediction, reference=args.reference))
     return 0
