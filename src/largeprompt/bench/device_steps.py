@@ -9,16 +9,13 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 
+from largeprompt.bench import training
 from largeprompt.icl.engine import stacked, tuning
-from largeprompt.icl.engine.loop import PromptLengthTrainer
-from largeprompt.icl.engine.runs import batch, run_specs
-from largeprompt.icl.task import regression_task
+from largeprompt.icl.engine.runs import batch
 
-TASK = {"dim": 5, "covariance_rho": 0.5, "task_variance": 0.2, "noise_variance": 0.1}  # the §6 task
-RUNS = {"2 runs": (["softmax", "linear"], [327], []), "18 runs": (["softmax", "linear"], [327, *range(8)], [])}
+RUNS = {"2 runs": training.PAPER_RUNS, "18 runs": training.MULTI_SEED_RUNS}
 TRANSFER = (32768, "float64")  # config/paper.yaml's transfer batch, in float64
 
 
@@ -36,22 +33,16 @@ def mean_seconds(fn, n: int, device: str) -> float:
 
 def step_row(device: str, label: str, L: int, batch_size: int, dtype: str, n: int) -> dict:
     """One timed configuration: the whole step, its loss and gradients, its draw and copy (ms)."""
-    task, specs = regression_task(TASK), run_specs(*RUNS[label])
-    trainer = PromptLengthTrainer(task, specs, [np.full(10**6, 1e-3)] * len(specs), prompt_length=L, base_seed=0,
-                                  batch_size=batch_size, n_log=1, divergence_threshold=1e4, dtype=dtype, device=device)
-
-    def step():
-        trainer.advance(0, list(range(len(specs))))
-        trainer.step += 1
-
-    query, prompt, target = batch(task, 0, 0, 0, batch_size, L, trainer.dtype, device)
-    plan = tuning.plan_for(sum(s.model == "softmax" for s in specs), L, batch_size, task.token_dim, trainer.dtype, device)
+    stepper = training.trainer(L, RUNS[label], dtype, batch_size, training.TASK, device)
+    task, specs, step = stepper.task, stepper.specs, training.stepping(stepper)
+    query, prompt, target = batch(task, 0, 0, 0, batch_size, L, stepper.dtype, device)
+    plan = tuning.plan_for(sum(s.model == "softmax" for s in specs), L, batch_size, task.token_dim, stepper.dtype, device)
     return dict(device=device, runs=label, L=L, batch=batch_size, dtype=dtype,
                 step_ms=1e3 * mean_seconds(step, n, device),
                 loss_and_gradients_ms=1e3 * mean_seconds(
-                    lambda: stacked.loss_and_gradients(trainer.stack, query, prompt, target, plan), n, device),
+                    lambda: stacked.loss_and_gradients(stepper.stack, query, prompt, target, plan), n, device),
                 draw_and_copy_ms=1e3 * mean_seconds(
-                    lambda: batch(task, 0, 0, 0, batch_size, L, trainer.dtype, device), n, device))
+                    lambda: batch(task, 0, 0, 0, batch_size, L, stepper.dtype, device), n, device))
 
 
 def device_rows(devices=("cuda", "cpu"), lengths=(10, 100, 1000), n: int = 50) -> list[dict]:

@@ -35,21 +35,32 @@ MULTI_SEED_RUNS = (["softmax", "linear"], [327, *range(MULTI_SEED)], [])  # 2 x 
 LR, MAX_STEPS = 1e-3, 100_000
 
 
-def engine(prompt_length: int, runs=PAPER_RUNS, dtype: str = "float32", batch_size: int = BATCH, task: dict = TASK):
-    """One step of the stacked engine: ``advance`` of every batch stream, as in PromptLengthTrainer.run (``task``:
-    a config section ``icl``, with its ``token_measure``)."""
+def trainer(prompt_length: int, runs=PAPER_RUNS, dtype: str = "float32", batch_size: int = BATCH, task: dict = TASK,
+            device="cpu") -> PromptLengthTrainer:
+    """A trainer of ``runs`` (models, seeds, replicate seeds) at constant lr for MAX_STEPS steps (``task``: a config
+    section ``icl``, with its ``token_measure``)."""
     specs = run_specs(*runs)
-    trainer = PromptLengthTrainer(regression_task(task), specs, [np.full(MAX_STEPS, LR)] * len(specs),
-                                  prompt_length=prompt_length, base_seed=0, batch_size=batch_size, n_log=1,
-                                  divergence_threshold=1e4, dtype=dtype)
+    return PromptLengthTrainer(regression_task(task), specs, [np.full(MAX_STEPS, LR)] * len(specs),
+                               prompt_length=prompt_length, base_seed=0, batch_size=batch_size, n_log=1,
+                               divergence_threshold=1e4, dtype=dtype, device=device)
+
+
+def stepping(stepper: PromptLengthTrainer):
+    """One step of ``stepper``: ``advance`` of every batch stream, as in PromptLengthTrainer.run."""
+    specs = stepper.specs
     groups = [(j, [r for r, s in enumerate(specs) if s.stream == j]) for j in sorted({s.stream for s in specs})]
 
     def step():
         for stream, members in groups:
-            trainer.advance(stream, members)
-        trainer.step += 1
+            stepper.advance(stream, members)
+        stepper.step += 1
 
     return step
+
+
+def engine(prompt_length: int, runs=PAPER_RUNS, dtype: str = "float32", batch_size: int = BATCH, task: dict = TASK):
+    """One step of the stacked engine (:func:`stepping` of a fresh :func:`trainer`)."""
+    return stepping(trainer(prompt_length, runs, dtype, batch_size, task))
 
 
 def _autograd_runs(specs, dtype):
