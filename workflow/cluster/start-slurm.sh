@@ -72,28 +72,9 @@ EXEC_GRACE=30
 declare -A LAUNCHED_PID=() LAUNCHED_AT=() LAUNCHED_EPOCH=() # daemon name -> its pid, $SECONDS and the time (s since 1970) at its launch
 LAUNCHED=()                               # the daemons this invocation launched, in launch order
 
-comm_of() { # comm_of <pid>: the process's command name ("" when there is no such process)
-    local comm=""
-    { read -r comm <"/proc/$1/comm"; } 2>/dev/null || true
-    echo "$comm"
-}
-
-# running <pid>: the process exists and has not exited. kill -0 also succeeds for a zombie (exited, not yet
-# reaped), so its state is checked too.
-running() {
-    local stat
-    kill -0 "$1" 2>/dev/null || return 1
-    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
-    stat=${stat##*") "} # the fields after "(comm)"; the first is the state
-    [[ ${stat:0:1} != [ZX] ]]
-}
-
-# our_daemon <name> <pid>: <pid> runs <name> and was started for $BASE. Its SLURM_CONF (exported above,
-# so every daemon inherits it) is checked, so a recycled pid is never taken for ours.
-our_daemon() {
-    running "$2" && [[ $(comm_of "$2") == "$1" ]] || return 1
-    grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$2/environ" 2>/dev/null
-}
+# comm_of, running, our_daemon
+# shellcheck source=daemon-procs.sh
+source "$HERE/daemon-procs.sh"
 
 recorded_pid() { # recorded_pid <name>: the pid in run/<name>.pid
     local pid

@@ -13,6 +13,7 @@ set -euo pipefail
 
 BASE=${LARGEPROMPT_SLURM_DIR:-/tmp/largeprompt-slurm}
 export SLURM_CONF=$BASE/etc/slurm.conf
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DAEMONS=(slurmd slurmctld slurmdbd mariadbd munged) # stop order: newest first
 TERM_WAIT=60                                        # seconds a daemon gets to shut down before SIGKILL
 KILL_WAIT=15                                        # seconds to wait for it to vanish after SIGKILL
@@ -20,28 +21,9 @@ KILL_WAIT=15                                        # seconds to wait for it to 
 say() { echo "stop-slurm: $*"; }
 warn() { echo "stop-slurm: error: $*" >&2; }
 
-comm_of() { # comm_of <pid>: the process's command name ("" when there is no such process)
-    local comm=""
-    { read -r comm <"/proc/$1/comm"; } 2>/dev/null || true
-    echo "$comm"
-}
-
-# running <pid>: the process exists and has not exited. kill -0 also succeeds for a zombie, which has exited
-# and only waits to be reaped (by the start script while it runs, by init afterwards), so its state is checked.
-running() {
-    local stat
-    kill -0 "$1" 2>/dev/null || return 1
-    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
-    stat=${stat##*") "} # the fields after "(comm)"; the first is the state
-    [[ ${stat:0:1} != [ZX] ]]
-}
-
-# our_daemon <name> <pid>: <pid> runs <name> and was started for $BASE (its SLURM_CONF is ours, so a
-# recycled pid, or another cluster's daemon, is never taken for ours).
-our_daemon() {
-    running "$2" && [[ $(comm_of "$2") == "$1" ]] || return 1
-    grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$2/environ" 2>/dev/null
-}
+# comm_of, running, our_daemon
+# shellcheck source=daemon-procs.sh
+source "$HERE/daemon-procs.sh"
 
 # pids_of <name>: every running <name> of this cluster. All of /proc is searched, not only run/<name>.pid,
 # so a daemon whose pid file was lost (a start interrupted right after the launch) is found too.
