@@ -149,7 +149,7 @@ def attention_tolerance(query: torch.Tensor, tokens: torch.Tensor, U: torch.Tens
 
 
 def infinite_prompt_risk_abs(task, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
-    """|·| evaluation (module doc) of ``largeprompt.icl.infinite_prompt_risk``; pass |Q|, |K|, |V|, |O|.
+    """|·| evaluation (module doc) of ``largeprompt.icl.risks.infinite_prompt_risk``; pass |Q|, |K|, |V|, |O|.
 
     Λ → |Λ| and the −I of C₁ → +I; γ_N times this bounds the rounding error of R∞, and γ_N times its
     autograd gradient (differentiable, so call it on |θ| with requires_grad) that of ∇R∞.

@@ -1,6 +1,6 @@
 """Figure `fixed_query_bound` (R2, docs/experiments.md#fixed_query_bound): empirical quantiles of ‖T_L − T_∞‖ against
 the δ-method prediction and the rigorous finite-L bound (docs/theory.md#fixed-query-bound). Every drawn value is a
-column of fixed_query_bounds.parquet (:mod:`largeprompt.stages.fixed_query_bounds`)."""
+column of fixed_query_bound/quantiles.parquet (:mod:`largeprompt.stages.simulate_fixed_query_bound`)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt

@@ -103,7 +103,7 @@ def kappa_rows(kappa, errors, lengths, terms, limit_quantiles, deltas, level) ->
 
 
 def simulate_fixed_query_bound(inputs, outputs, params, rule="simulate_fixed_query_bound", runtime=DEFAULT_RUNTIME):
-    """Write fixed_query_bounds.parquet: per (κ, L, δ) the empirical quantile, the δ-method prediction and the bounds."""
+    """Write fixed_query_bound/quantiles.parquet: per (κ, L, δ) the empirical quantile, the δ-method prediction and the bounds."""
     cfg = settings_from(FixedQuerySettings, params["fixed_query_bound"], "fixed_query_bound")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     lengths = prompt_length_grid(cfg.log2_min_prompt_length, cfg.log2_max_prompt_length, 1)

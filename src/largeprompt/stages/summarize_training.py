@@ -165,7 +165,7 @@ def run_table(trajectories: pd.DataFrame, flows: pd.DataFrame, bayes: pd.DataFra
 
 
 def summarize_training(inputs, outputs, params, rule="summarize_training"):
-    """Write results/<run>/summary/training_runs.parquet (one row per run) and training_prompt_lengths.parquet."""
+    """Write results/<run>/train/training_runs.parquet (one row per run) and training_prompt_lengths.parquet."""
     cfg = settings_from(SummarySettings, params["train"], "train")
     task = regression_task(params["icl"])
     bayes = read_parquet(inputs["bayes_risk"]).set_index("prompt_length")
