@@ -191,3 +191,27 @@ def test_a_drifting_run_stops_at_the_step_count_of_the_longest_other_run(tmp_pat
     assert np.array_equal(sizes[("softmax", 0)], sizes[("linear", 0)])
     for seed in (0, 1):
         assert stability_margin(sizes[("softmax", seed)], flows[seed].times, flows[seed].sharpness) <= 1.6 * (1 + gamma(4))
+
+
+def test_job_time_limits_count_runs_steps_and_batch():
+    """The cluster time limits of the rules (workflow/rules/common.smk): runs = models × (seeds + replicates), the
+    transfer step costs batch/128 training steps, a per-measure transfer job sums its L, and longer prompts, more
+    runs or a larger batch never get less time."""
+    from largeprompt.icl.schedules import (
+        estimated_runtime_minutes,
+        init_dependence_minutes,
+        training_job_minutes,
+        transfer_job_minutes,
+        transfer_jobs_minutes,
+    )
+    train = {"models": ["softmax", "linear"], "seeds": [327, *range(8)], "replicate_seeds": [], "lr": 1e-3,
+             "horizon": 300, "step_size_rule": "constant", "stability_fraction": 1.0, "final_lr": 1e-3}
+    assert training_job_minutes(train, 1000) == estimated_runtime_minutes(300_000, 1000, 18)
+    assert training_job_minutes(train, 1000) > training_job_minutes(train, 10)
+    assert training_job_minutes({**train, "replicate_seeds": [0]}, 100) > training_job_minutes(train, 100)
+    transfer = {"models": ["softmax"], "seeds": [0, 1], "replicate_seeds": [0], "lr": 0.01, "horizon": 2,
+                "batch_size": 1024, "prompt_lengths": [20, 40]}
+    assert transfer_job_minutes(transfer, 40) == estimated_runtime_minutes(200 * 8, 40, 3)
+    assert transfer_job_minutes({**transfer, "batch_size": 100}, 40) == estimated_runtime_minutes(200, 40, 3)
+    assert transfer_jobs_minutes(transfer) == transfer_job_minutes(transfer, 20) + transfer_job_minutes(transfer, 40)
+    assert init_dependence_minutes(512) == 10 + 512 // 30

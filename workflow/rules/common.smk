@@ -6,7 +6,12 @@ import os
 import largeprompt
 from largeprompt.io.config import ConfigError, check_config, migrate_deprecated
 from largeprompt.io.pipeline import code_params, output_cache_dir, settings
-from largeprompt.icl.schedules import estimated_runtime_minutes, estimated_steps
+from largeprompt.icl.schedules import (
+    init_dependence_minutes,
+    training_job_minutes,
+    transfer_job_minutes,
+    transfer_jobs_minutes,
+)
 
 LIBRARY = os.path.dirname(os.path.dirname(largeprompt.__file__))
 if os.path.realpath(LIBRARY) != os.path.realpath(os.path.join(workflow.basedir, "src")):
@@ -81,27 +86,14 @@ def gpu_request():
 
 
 def training_runtime(prompt_length, section=None):
-    """Cluster time limit (minutes) of one R6 training job, from the estimated step count (``section``: that of
-    the runs, default config section train)."""
-    t = section or config["train"]
-    steps = estimated_steps(
-        t["step_size_rule"],
-        t["lr"],
-        t["horizon"],
-        t["stability_fraction"],
-        t["final_lr"],
-    )
-    n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
-    return estimated_runtime_minutes(steps, prompt_length, n_runs)
+    """Cluster time limit (minutes) of one R6 training job (``section``: that of the runs, default config section
+    train)."""
+    return training_job_minutes(section or config["train"], prompt_length)
 
 
 def transfer_runtime(prompt_length, section=None):
-    t = section or config["transfer"]
-    n_runs = len(t["models"]) * (len(t["seeds"]) + len(t["replicate_seeds"]))
-    steps = estimated_steps("constant", t["lr"], t["horizon"]) * max(
-        1, t["batch_size"] // 128
-    )
-    return estimated_runtime_minutes(steps, prompt_length, n_runs)
+    """Cluster time limit (minutes) of one R4 transfer job (default config section transfer)."""
+    return transfer_job_minutes(section or config["transfer"], prompt_length)
 
 
 def beyond_section(kind):
@@ -114,8 +106,7 @@ def beyond_runtime(kind, prompt_length=None):
     transfer_beyond_gaussian job (every L in turn)."""
     if kind == "train":
         return training_runtime(prompt_length, beyond_section("train"))
-    section = beyond_section("transfer")
-    return sum(transfer_runtime(L, section) for L in section["prompt_lengths"])
+    return transfer_jobs_minutes(beyond_section("transfer"))
 
 
 def longest_prompt():

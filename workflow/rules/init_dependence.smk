@@ -16,7 +16,7 @@ rule simulate_init_dependence:
     threads: threads(compute=False)
     resources:
         mem_mb=700,
-        runtime=lambda w: 10 + config["init_dependence"]["n_seeds"] // 30,
+        runtime=lambda w: init_dependence_minutes(config["init_dependence"]["n_seeds"]),
     params:
         **code("simulate_init_dependence.py"),
         **cfg(
