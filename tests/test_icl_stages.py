@@ -296,3 +296,17 @@ def test_slopes_use_only_points_above_the_floor():
 
 def test_slopes_count_all_ok_points():
     assert transfer_gaps.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7
+
+
+def test_floor_threshold_is_the_factor_times_the_median_floor_of_the_ok_runs():
+    """transfer_gaps.with_floor_threshold: per (experiment, model, L), factor × the median floor over ok seeds (a
+    diverged run's floor does not count), the same on every row of the group."""
+    rows = [("full_model", "softmax", 20, s, f, "ok") for s, f in enumerate([1.0, 2.0, 4.0])]
+    rows += [("full_model", "softmax", 20, 3, 100.0, "diverged"), ("full_model", "linear", 20, 0, 5.0, "ok"),
+             ("full_model", "softmax", 40, 0, 7.0, "ok")]
+    gaps = pd.DataFrame(rows, columns=["experiment", "model", "prompt_length", "seed", "floor", "status"])
+    out = transfer_gaps.with_floor_threshold(gaps, 3.0)
+    assert out["floor_threshold"].tolist() == [6.0, 6.0, 6.0, 6.0, 15.0, 21.0]
+    by_measure = transfer_gaps.with_floor_threshold(gaps.assign(token_measure=["a", "b", "a", "a", "a", "a"]), 2.0,
+                                                    by=("token_measure", "model"))
+    assert by_measure["floor_threshold"].tolist()[:3] == [5.0, 4.0, 5.0]  # median of 1 and 4 (seed 1 is another measure)

@@ -74,6 +74,14 @@ def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: flo
     return gaps
 
 
+def with_floor_threshold(gaps: pd.DataFrame, floor_factor: float, by=("experiment", "model")) -> pd.DataFrame:
+    """``gaps`` with ``floor_threshold``: floor_factor × the median floor of the ok runs at its (``by``…, L), the level
+    the figures draw beside the points (the fit's cut, :func:`slopes`, is per point)."""
+    ok_floor = gaps["floor"].where(gaps["status"] == "ok")
+    median = ok_floor.groupby([gaps[k] for k in (*by, "prompt_length")]).transform("median")
+    return gaps.assign(floor_threshold=floor_factor * median)
+
+
 def reduced_gaps(reduced: pd.DataFrame) -> pd.DataFrame:
     """The reduced model's sup-distance per (L, seed) (its whole run is the horizon); floor not measured."""
     reduced = reduced[reduced["prompt_length"] > 0]

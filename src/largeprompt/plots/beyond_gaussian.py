@@ -27,8 +27,9 @@ def _transfer_panel(ax, gaps, slopes):
         fit = slopes[(slopes["token_measure"] == measure) & (slopes["model"] == "softmax")].iloc[0]
         ax.scatter(g["prompt_length"], g["sup_distance"], color=COLORS[measure], s=18,
                    label=f"{measure}: {_slope_text(fit)}")
-        floor = g.groupby("prompt_length")["floor"].median() * fit["floor_factor"]
-        ax.plot(floor.index, floor.values, color=COLORS[measure], linestyle=":", marker="v", markerfacecolor="none",
+        floor = g.dropna(subset=["floor_threshold"]).drop_duplicates("prompt_length").sort_values("prompt_length")
+        ax.plot(floor["prompt_length"], floor["floor_threshold"], color=COLORS[measure], linestyle=":", marker="v",
+                markerfacecolor="none",
                 linewidth=0.8)
         if np.isfinite(fit.get("slope", np.nan)):
             ax.plot([fit["fit_min_prompt_length"], fit["fit_max_prompt_length"]],

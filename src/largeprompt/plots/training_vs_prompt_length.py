@@ -151,13 +151,13 @@ def _escape_panel(ax, runs):
         for status, marker, fill in (("ok", "o", color), ("trapped", "v", "none")):
             g = r[r["status"] == status]
             if len(g):
-                ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time"] / g["flow_escape_time"], s=14,
+                ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time_ratio"], s=14,
                            marker=marker, facecolors=fill, edgecolors=color, label=f"{model}, {status} runs")
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="escapes when its $L=\\infty$ flow does")
     if shared.empty:
         ax.text(0.5, 0.7, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
     ax.set_xscale("log")
-    ratio = shared["escape_time"] / shared["flow_escape_time"]
+    ratio = shared["escape_time_ratio"]
     if len(ratio) and ratio.max() / ratio.min() > 3:  # a log axis shows no label between 1 and 2 (paper run: 1-1.3)
         ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")

@@ -78,11 +78,11 @@ def _gap_panel(ax, gaps, slopes):
             ax.plot([f["fit_min_prompt_length"], f["fit_max_prompt_length"]], [f["fit_gap_at_min"], f["fit_gap_at_max"]],
                     color=color, linewidth=1)
         ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=_fit_label(label, fit))
-        column = "floor" if "floor" in pts else "noise_floor"  # tables written before the Euler floor
-        floor = pts.dropna(subset=[column]).groupby("prompt_length")[column].median()
-        if len(floor) and len(fit):
+        threshold = pts.dropna(subset=["floor_threshold"]).drop_duplicates("prompt_length")
+        if len(threshold) and len(fit):
             factor = float(fit["floor_factor"].iloc[0])
-            ax.scatter(floor.index, factor * floor.to_numpy(), color=color, marker=marker, s=22, facecolors="none",
+            ax.scatter(threshold["prompt_length"], threshold["floor_threshold"], color=color, marker=marker, s=22,
+                       facecolors="none",
                        label=f"{label}: {factor:g}× floor, median over seeds")
     ref = slopes[(slopes["experiment"] == "full_model") & (slopes["model"] == "softmax")]
     if len(ref) and "reference_gap_at_min" in ref and np.isfinite(ref["reference_gap_at_min"].iloc[0]):

@@ -11,7 +11,7 @@ from largeprompt.icl.beyond_gaussian import measure_task, prompt_length_stats, r
 from largeprompt.icl.bounded_optima import scale_profile, softmax_optimum
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.test_set import load_test_set, reference_risks
-from largeprompt.icl.transfer_gaps import full_model_gaps, slopes
+from largeprompt.icl.transfer_gaps import full_model_gaps, slopes, with_floor_threshold
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.provenance import provenance
 from largeprompt.stages.train_beyond_gaussian import measure_test_set
@@ -39,8 +39,9 @@ def transfer_tables(params, trajectories: pd.DataFrame):
         task = measure_task(section, measure)
         risks = {m: limit_risk(task, m, icl_quadrature(section)) for m in runs["model"].unique()}
         parts.append(full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks).assign(token_measure=measure))
-    gaps = pd.concat(parts, ignore_index=True)
-    return gaps, slopes(gaps, float(params["transfer"]["floor_factor"]), by=("token_measure", "model"))
+    factor, by = float(params["transfer"]["floor_factor"]), ("token_measure", "model")
+    gaps = with_floor_threshold(pd.concat(parts, ignore_index=True), factor, by)
+    return gaps, slopes(gaps, factor, by=by)
 
 
 def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_gaussian"):

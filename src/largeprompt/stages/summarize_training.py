@@ -158,6 +158,7 @@ def run_table(trajectories: pd.DataFrame, flows: pd.DataFrame, bayes: pd.DataFra
     runs = pd.concat([judge_prompt_length(g, cfg, float(bayes.loc[L, "optimal_linear_attention_test_risk"]))
                       for L, g in runs.groupby("prompt_length")]).sort_index()
     runs = runs.merge(flows.drop(columns="flow_start_risk"), on="seed", how="left")
+    runs["escape_time_ratio"] = runs["escape_time"] / runs["flow_escape_time"]  # the run's escape against its flow's
     runs["bayes_risk"] = runs["prompt_length"].map(bayes["bayes_risk"])
     runs["excess_risk"] = runs["final_test_loss"] - runs["bayes_risk"]
     runs["scaled_excess_risk"] = runs["prompt_length"] * runs["excess_risk"]

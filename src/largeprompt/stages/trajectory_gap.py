@@ -8,7 +8,7 @@ import pandas as pd
 
 from largeprompt.icl.bounded_risk import icl_quadrature, task_limits
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.transfer_gaps import full_model_gaps, reduced_gaps, slopes
+from largeprompt.icl.transfer_gaps import full_model_gaps, reduced_gaps, slopes, with_floor_threshold
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.provenance import provenance
 
@@ -24,6 +24,8 @@ def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):
                       reduced_gaps(read_parquet(inputs["reduced"]))], ignore_index=True)
     gaps["transfer_lr"] = lr
     gaps["stability_limit"] = 2.0 / gaps["transfer_lr"]  # the sharpness above which the transfer runs' SGD is unstable
+    factor = float(params["transfer"]["floor_factor"])
+    gaps = with_floor_threshold(gaps, factor)
     prov = provenance(rule, params, base_seed=params["seed"], run_seeds=sorted(gaps["seed"].unique()))
     write_parquet(gaps, outputs["gaps"], prov)
-    write_parquet(slopes(gaps, float(params["transfer"]["floor_factor"])), outputs["slopes"], prov)
+    write_parquet(slopes(gaps, factor), outputs["slopes"], prov)
