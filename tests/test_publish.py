@@ -8,7 +8,7 @@ from PIL import Image
 
 from helpers import REPO
 from largeprompt.io.parquet_io import read_parquet, read_provenance, write_parquet
-from largeprompt.publish import measured_jobs, publish, publish_single_seed, small_png, stage_times
+from largeprompt.publish import busy_seconds, measured_jobs, publish, publish_single_seed, small_png, stage_times
 
 
 def test_a_large_png_is_shrunk_under_the_limit_and_a_small_one_kept(tmp_path):
@@ -82,3 +82,10 @@ def test_single_seed_page_puts_the_reference_seed_against_the_other_seeds(tmp_pa
     write_parquet(moved, tables / "train" / "training_runs.parquet", {"rule": "t"})
     assert publish_single_seed(tables, reference, tmp_path / "single-seed.md").endswith(f"at {pairs - 2} of {pairs} (model, L)")
     assert "| softmax | 1000 |" in (tmp_path / "single-seed.md").read_text()
+
+
+def test_busy_time_is_the_union_of_the_job_intervals():
+    """A run in two sittings: overlapping jobs count once, the idle gap between sittings not at all."""
+    assert busy_seconds([0, 5, 3, 100], [10, 8, 12, 110]) == 22.0
+    assert busy_seconds([], []) == 0.0
+    assert busy_seconds([0, 0], [5, 5]) == 5.0

@@ -89,12 +89,25 @@ def stage_times(jobs: pd.DataFrame, prediction: dict | None) -> pd.DataFrame:
     return table
 
 
+def busy_seconds(starts, ends) -> float:
+    """The length of the union of the intervals [start, end]: the time some job was running (a run made in several
+    sittings has idle gaps between its first start and its last end)."""
+    total, reach = 0.0, -float("inf")
+    for start, end in sorted(zip(starts, ends)):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def times_page(run: str, table: pd.DataFrame, jobs: pd.DataFrame, commits: list[str], prediction: dict | None) -> str:
     """times.md: the commit(s), the machine, the run's wall time and the per-rule table."""
     wall = (jobs["end"].max() - jobs["start"].min()) / 3600
+    busy = busy_seconds(jobs["start"], jobs["end"]) / 3600
     lines = [f"# Run `{run}`: measured time of every stage", "",
              f"- commit: {', '.join(f'`{c}`' for c in commits)} (the `git_commit` in the tables' provenance)",
-             f"- machine: {machine_description()}", f"- wall time, first job's start to last job's end: {wall:.2f} h; "
+             f"- machine: {machine_description()}", f"- wall time, first job's start to last job's end: {wall:.2f} h, "
+             f"of which some job was running {busy:.2f} h; "
              f"CPU time of all {len(jobs)} jobs: {jobs['cpu_seconds'].sum() / 3600:.2f} core-hours"]
     if prediction:
         lines.append(f"- `largeprompt bench --paper` predicted {prediction['total_core_hours']:.2f} core-hours, "
