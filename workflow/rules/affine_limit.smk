@@ -28,6 +28,7 @@ rule simulate_affine_limit:
         queries=results("affine_limit/queries.parquet"),
     output:
         outputs=results("affine_limit/outputs.parquet"),
+        bands=results("affine_limit/bands.parquet"),
     log:
         logs("affine_limit/simulate_affine_limit.log"),
     benchmark:

@@ -23,7 +23,7 @@ localrules:
 
 rule plot_affine_limit:
     input:
-        outputs=results("affine_limit/outputs.parquet"),
+        bands=results("affine_limit/bands.parquet"),
     output:
         pdf=figures("affine_limit.pdf"),
         png=report(

@@ -16,16 +16,18 @@ TITLES = {
 
 def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
     apply_style()
-    data = read_parquet(inputs["outputs"])
+    data = read_parquet(inputs["bands"])
     measures = list(dict.fromkeys(data["measure"]))
     fig, axes = plt.subplots(1, len(measures), figsize=(4.2 * len(measures), 3.8), squeeze=False)
-    palette = sns.color_palette("viridis", data["prompt_length"].nunique())
+    lengths = sorted(data["prompt_length"].unique())
+    palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths))))
     for ax, name in zip(axes[0], measures):
         panel = data[data["measure"] == name]
-        sns.lineplot(
-            data=panel, x="t", y="finite_prompt_output", hue="prompt_length", palette=palette,
-            estimator="mean", errorbar=("pi", 90), ax=ax, legend=ax is axes[0][0],
-        )
+        for L, g in panel.groupby("prompt_length"):
+            g = g.sort_values("t")
+            ax.plot(g["t"], g["finite_prompt_output_mean"], color=palette[L], label=str(L))
+            ax.fill_between(g["t"], g["finite_prompt_output_lo"], g["finite_prompt_output_hi"], color=palette[L],
+                            alpha=0.2, linewidth=0)
         limit = panel.drop_duplicates("point").sort_values("t")
         title, formula = TITLES.get(name, (name, "limit"))
         ax.plot(limit["t"], limit["infinite_prompt_output"], label=formula, **REFERENCE_STYLE)

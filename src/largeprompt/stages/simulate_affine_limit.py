@@ -19,7 +19,10 @@ from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.io.provenance import provenance
 from largeprompt.io.runlog import progress
 from largeprompt.maths.attention import infinite_prompt_attention, streaming_prompt_attention
+from largeprompt.maths.bands import percentile_bands
 from largeprompt.maths.measures import make_measure, toeplitz_covariance
+
+BAND_LEVEL = 0.90  # the figure's band over prompts: the 5% and 95% quantiles
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ def finite_prompt_outputs(query, measure, U, V, lengths, n_prompts, chunk_size, 
 
 
 def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=DEFAULT_RUNTIME):
-    """Write results/<run>/affine_limit/outputs.parquet: one row per (measure, L, prompt, point)."""
+    """Write results/<run>/affine_limit/outputs.parquet (one row per (measure, L, prompt, point)) and bands.parquet
+    (one row per (measure, L, point): the mean and 90% band over prompts that the figure draws)."""
     cfg = settings_from(AffineLimitSettings, params["affine_limit"], "affine_limit")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     queries = read_parquet(inputs["queries"]).sort_values("point")
@@ -91,4 +95,7 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
             "infinite_prompt_output": limit[point_idx.ravel()],
         }))
     frame = pd.concat(frames, ignore_index=True)
-    write_parquet(frame, outputs["outputs"], provenance(rule, params, base_seed=params["seed"], runtime=runtime))
+    prov = provenance(rule, params, base_seed=params["seed"], runtime=runtime)
+    write_parquet(frame, outputs["outputs"], prov)
+    keys = ["measure", "prompt_length", "point", "t", "infinite_prompt_output"]
+    write_parquet(percentile_bands(frame, keys, "finite_prompt_output", BAND_LEVEL), outputs["bands"], prov)
