@@ -27,8 +27,10 @@ rule simulate_affine_limit:
     input:
         queries=results("affine_limit/queries.parquet"),
     output:
-        outputs=results("affine_limit/outputs.parquet"),
-        bands=results("affine_limit/bands.parquet"),
+        # multiext: Snakemake's between-run cache (--cache) stores a job of several outputs only so
+        multiext(
+            results("affine_limit/"), outputs="outputs.parquet", bands="bands.parquet"
+        ),
     log:
         logs("affine_limit/simulate_affine_limit.log"),
     benchmark:
