@@ -82,6 +82,14 @@ def test_runtime_settings_read_the_device_from_the_config():
     assert runtime_settings(SimpleNamespace(config={}, threads=1)) == Runtime()
 
 
+@pytest.mark.parametrize("rule", ["train_transfer", "transfer_beyond_gaussian"])
+def test_transfer_jobs_checkpoint_at_their_own_cadence(rule):
+    """The R4 transfer jobs run a few hundred long steps: transfer.checkpoint_every, not train's (runtime keys both)."""
+    config = {"train": {"checkpoint_every": 10000}, "transfer": {"checkpoint_every": 20}}
+    assert runtime_settings(SimpleNamespace(config=config, threads=1, rule=rule)).checkpoint_every == 20
+    assert runtime_settings(SimpleNamespace(config=config, threads=1, rule="train")).checkpoint_every == 10000
+
+
 ICL = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
 RUNS = {"models": ["softmax", "linear"], "seeds": [0], "replicate_seeds": [0], "batch_size": 4, "lr": 0.1, "horizon": 0.6,
         "n_log": 3}

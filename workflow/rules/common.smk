@@ -41,7 +41,12 @@ SHARE = "omit-software" if workflow.workflow_settings.cache is not None else Fal
 output_cache_dir(workflow.basedir)
 RUN = config["run"]
 # Keys that cannot change a result: read by the job at run time and recorded in provenance.
-RUNTIME_KEYS = ("device", "threads_per_job", "train.checkpoint_every")
+RUNTIME_KEYS = (
+    "device",
+    "threads_per_job",
+    "train.checkpoint_every",
+    "transfer.checkpoint_every",
+)
 
 
 def results(path):

@@ -65,15 +65,21 @@ def keep_freed_memory() -> bool:
         return False
 
 
+TRANSFER_RULES = ("train_transfer", "transfer_beyond_gaussian")  # their checkpoint cadence: transfer.checkpoint_every
+
+
 def runtime_settings(smk) -> Runtime:
-    """The job settings that cannot change a result, read from the config at run time (never params)."""
+    """The job settings that cannot change a result, read from the config at run time (never params). The
+    checkpoint cadence is ``transfer.checkpoint_every`` for the R4 transfer jobs (a few hundred long steps), else
+    ``train.checkpoint_every``."""
     config = smk.config
     train = config.get("train", {})
     rule = {k: train[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction") if k in train}
+    section = config.get("transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
     return Runtime(
         device=str(config.get("device", "auto")),
         threads=int(smk.threads),
-        checkpoint_every=int(train.get("checkpoint_every", 0)),
+        checkpoint_every=int(section.get("checkpoint_every", 0)),
         status_rule=rule or None,
     )
 
