@@ -19,7 +19,7 @@ def plot_balanced_flow(inputs, outputs, params=None, rule="plot_balanced_flow"):
     for alpha in alphas:
         run = data[data["alpha"] == alpha]
         kw = dict(color=palette[alpha], label=rf"$\alpha = {alpha:g}$")
-        axes[0].plot(run["time"], run["risk"], **kw)
+        axes[0].plot(run["time"], run["infinite_prompt_risk"], **kw)
         axes[1].plot(run["time"], run["b"], **kw)
         axes[1].plot(run["time"], run["norm_A"], color=palette[alpha], linestyle=":", linewidth=2.5, alpha=0.7)
         axes[2].plot(run["time"], run["distance_to_bayes"], **kw)

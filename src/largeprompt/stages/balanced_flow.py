@@ -26,7 +26,7 @@ def balanced_flow(inputs, outputs, params, rule="balanced_flow"):
         frames.append(pd.DataFrame({
             "alpha": float(alpha),
             "time": times,
-            "risk": risk,
+            "infinite_prompt_risk": risk,  # R∞ along the flow
             "b": b,
             "norm_A": np.linalg.norm(A, axis=(1, 2)),
             "distance_to_bayes": np.sqrt((b - b_star) ** 2 + ((A - A_star) ** 2).sum(axis=(1, 2))),
