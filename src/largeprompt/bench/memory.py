@@ -88,7 +88,7 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     out.append((f"simulate_affine_limit (n_prompts {config['affine_limit']['n_prompts']})",
                 timed("simulate_affine_limit", config, folder / "a", prepared("queries", folder / "q", params=config))))
     out.append(("plot_affine_limit (its table)",
-                timed("plot_affine_limit", config, folder / "p", {"outputs": str(folder / "a" / "outputs.parquet")})))
+                timed("plot_affine_limit", config, folder / "p", {"bands": str(folder / "a" / "bands.parquet")})))
     cells = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
     jobs = prepared("errors", folder / "errors", cells=cells, lengths=lengths, n_repetitions=b["n_repetitions"])
     rows = len(cells) * len(lengths) * b["n_repetitions"]

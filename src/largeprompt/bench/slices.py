@@ -28,7 +28,7 @@ STAGES = {  # rule → (module, function, output names)
     "make_affine_limit_queries": ("largeprompt.stages.make_affine_limit_queries", "make_affine_limit_queries", ["queries"]),
     "make_icl_test_set": ("largeprompt.stages.make_icl_test_set", "make_icl_test_set", ["test_set"]),
     "bayes_risk": ("largeprompt.stages.bayes_risk", "bayes_risk", ["bayes_risk"]),
-    "simulate_affine_limit": ("largeprompt.stages.simulate_affine_limit", "simulate_affine_limit", ["outputs"]),
+    "simulate_affine_limit": ("largeprompt.stages.simulate_affine_limit", "simulate_affine_limit", ["outputs", "bands"]),
     "simulate_concentration_errors": ("largeprompt.stages.simulate_concentration_errors", "simulate_concentration_errors", ["errors"]),
     "collect_concentration_errors": ("largeprompt.stages.collect_concentration_errors", "collect_concentration_errors",
                                      ["output_errors", "gradient_errors"]),
