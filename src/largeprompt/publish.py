@@ -23,7 +23,7 @@ from largeprompt.bench.report import machine_description
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.ledger.claims import evaluate
 from largeprompt.ledger.representative import seed_against_reference
-from largeprompt.reading import format_ledger
+from largeprompt.reading import format_ledger, markdown
 
 MAX_PNG_BYTES = 400_000
 MAX_TABLE_BYTES = 5_000_000
@@ -147,10 +147,7 @@ def publish_single_seed(tables: Path, reference: Path, target: Path, seed: int =
              f"{summary}. Final test MSE of seed {seed} then (`seed_reference`, from `{reference}`) and now "
              f"(`seed_now`, same init, other batches), against the 95% prediction interval of one more seed from this "
              "run's other ok seeds (`pi_low`, `pi_high`); `difference_in_sd`: now − then in units of their spread. "
-             "The rule: [docs/experiments.md#paper-seeds](../experiments.md#paper-seeds).", "",
-             "| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
-    for row in shown.itertuples(index=False):
-        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
+             "The rule: [docs/experiments.md#paper-seeds](../experiments.md#paper-seeds).", "", markdown(shown)]
     target.write_text("\n".join(lines) + "\n")
     return summary
 

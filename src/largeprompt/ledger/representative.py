@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from largeprompt.maths.rates import t_interval
 
 KEYS = ("model", "prompt_length")
 COLUMNS = ["model", "prompt_length", "n_other_ok", "other_mean", "pi_low", "pi_high", "seed_now", "status_now",
@@ -19,11 +20,9 @@ COLUMNS = ["model", "prompt_length", "n_other_ok", "other_mean", "pi_low", "pi_h
 
 def prediction_interval(values, level: float = 0.95) -> tuple[float, float]:
     """The Student-t interval that holds one more independent draw with probability ``level`` (NaN for n < 2)."""
-    values = np.asarray(values, dtype=np.float64)
-    if len(values) < 2:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) * np.sqrt(1 + 1 / len(values))
-    return float(values.mean() - half), float(values.mean() + half)
+    mean, _, high = t_interval(values, level)  # the mean's interval, half-width t·s/√n: × √(n + 1) for one more draw
+    half = (high - mean) * np.sqrt(len(values) + 1)
+    return float(mean - half), float(mean + half)
 
 
 def _one(group: pd.DataFrame, reference: pd.Series | None, seed: int, value: str) -> dict:
