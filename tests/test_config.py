@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from helpers import REPO, copy_repo, run, snakemake_cmd
-from largeprompt.io.config import DEPRECATION, ConfigError, check_config, migrate_deprecated
+from largeprompt.io.config import DEPRECATION, ConfigError, check_config, migrate_deprecated, renamed_message
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -44,7 +44,7 @@ def test_shipped_configs_are_valid(overlay):
         (("dtype",), "float16", r"'dtype' = \"float16\".*one of \"float64\", \"float32\""),
         (("device",), "tpu", r"'device' = \"tpu\".*one of \"auto\", \"cpu\", \"cuda\""),
         (("affine_limit", "ray", "t_max"), 0, r"'affine_limit.ray.t_max' = 0.*allowed: number in \(0, 20\]"),
-        (("affine_limit", "measures"), ["gaussian", "cauchy"], r"'affine_limit.measures\[1\]' = \"cauchy\""),
+        (("affine_limit", "token_measures"), ["gaussian", "cauchy"], r"'affine_limit.token_measures\[1\]' = \"cauchy\""),
         (("affine_limit", "gaussian_mean"), [0.0, 0.0], r"'affine_limit.gaussian_mean' has 2 entries"),
         (("concentration", "log2_max_prompt_length"), 5, r"'concentration.log2_max_prompt_length' = 5: the L grid needs"),
         (("fixed_query_bound", "log2_max_prompt_length"), 5, r"'fixed_query_bound.log2_max_prompt_length' = 5: the L grid"),
@@ -109,6 +109,20 @@ def test_the_deprecated_bounds_section_is_read_as_its_new_sections():
     assert config["concentration"]["c_values"] == _default()["concentration"]["c_values"]  # the rest untouched
     check_config(config, SCHEMA)
     assert not migrate_deprecated(config, warn=messages.append) and len(messages) == 1  # nothing left to move
+
+
+@pytest.mark.parametrize("section", ["concentration", "affine_limit"])
+def test_a_renamed_key_is_read_under_its_new_name(section):
+    """``<section>.measures`` (renamed ``token_measures``) still works, once, with a message naming the new key; a
+    file that still uses the old name is overlaid on defaults with the new one, so the old name's value wins."""
+    config, messages = _default(), []
+    config[section]["measures"] = ["uniform"]
+    assert migrate_deprecated(config, warn=messages.append)
+    assert messages == [renamed_message(section, "measures", "token_measures")]
+    assert f"'{section}.token_measures'" in messages[0] and f"'{section}.measures'" in messages[0]
+    assert config[section]["token_measures"] == ["uniform"] and "measures" not in config[section]
+    check_config(config, SCHEMA)
+    assert not migrate_deprecated(config, warn=messages.append) and len(messages) == 1
 
 
 def test_snakemake_refuses_invalid_config_before_any_job(tmp_path):

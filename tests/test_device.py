@@ -119,14 +119,14 @@ def _run_stages(tmp_path):
     simulate_affine_limit(
         {"queries": tmp_path / "q.parquet"}, {"outputs": tmp_path / "a.parquet", "bands": tmp_path / "b.parquet"},
         {"seed": 1, "dtype": "float64", "affine_limit": dict(
-            measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0], gaussian_rho=0.5,
+            token_measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0], gaussian_rho=0.5,
             attention_scale=1.0, prompt_lengths=[10, 100], n_prompts=3, chunk_size=32)},
         runtime=CPU,
     )
     out["affine_limit"] = pd.read_parquet(tmp_path / "a.parquet")
     simulate_concentration_errors(
         {}, {"errors": tmp_path / "e.parquet"},
-        {"seed": 1, "dtype": "float64", "measure": "uniform", "concentration": dict(
+        {"seed": 1, "dtype": "float64", "token_measure": "uniform", "concentration": dict(
             dim=2, c_values=[0.5, 2.0], log2_min_prompt_length=3, log2_max_prompt_length=7, points_per_octave=1,
             n_repetitions=20, repetition_block=10, chunk_size=32)},
         runtime=CPU,

@@ -9,7 +9,7 @@ import pytest
 from helpers import REPO
 from largeprompt.icl.risks import optimal_linear_attention_risk
 from largeprompt.icl.task import regression_task
-from largeprompt.io.parquet_io import read_provenance
+from largeprompt.io.parquet_io import read_parquet, read_provenance
 from tolerance import eps
 
 TABLES = REPO / "docs" / "paper-run" / "tables"
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not TABLES.is_dir(), reason="no published paper 
 def table(rel: str) -> pd.DataFrame:
     path = TABLES / rel
     assert path.is_file(), f"{rel} is missing from the published paper run: rerun `largeprompt publish paper`"
-    return pd.read_parquet(path)
+    return read_parquet(path)
 
 
 def params(rel: str) -> dict:
@@ -85,7 +85,7 @@ def test_random_query_constants_match_the_closed_form():
     the measured constant's interval contains it where the estimator has finite variance (c < 1/4)."""
     consts = table("concentration/asymptotic_constants.parquet")
     dim = params("concentration/asymptotic_constants.parquet")["concentration"]["dim"]
-    rows = consts[(consts.measure == "gaussian") & (consts.metric == "output") & (consts.c < 0.5)]
+    rows = consts[(consts.token_measure == "gaussian") & (consts.metric == "output") & (consts.c < 0.5)]
     assert len(rows), "no Gaussian output constant with c < 1/2 in the paper run"
     shape = dim * (1 - 2 * rows.c) ** (-dim / 2) * (1 - rows.c) / (1 - 2 * rows.c)
     sigma_sq = rows.predicted / shape
@@ -102,9 +102,9 @@ def test_fitted_exponents_have_their_predicted_values():
     out = exps[(exps.metric == "output") & (exps.statistic == "mean")]
     median = exps[(exps.metric == "output") & (exps.statistic == "median")]
     assert len(median) and np.allclose(median.predicted, 1.0), "the median's predicted exponent is 1 at every c"
-    gaussian = out[out.measure == "gaussian"]
+    gaussian = out[out.token_measure == "gaussian"]
     assert np.allclose(gaussian.predicted, np.minimum(1.0, 1.0 / (2 * gaussian.c)), rtol=1e-12)
-    bounded = out[out.measure != "gaussian"]
+    bounded = out[out.token_measure != "gaussian"]
     assert len(bounded) and np.allclose(bounded.predicted, 1.0)
     assert (out.fit_max_prompt_length == 2**20).all()
 

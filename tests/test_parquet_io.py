@@ -10,7 +10,7 @@ import pytest
 from helpers import workflow_rules
 from largeprompt.core.devices import resolve_device
 from largeprompt.io import parquet_io
-from largeprompt.io.parquet_io import PRODUCERS_ENV, ResultFileError, read_parquet, read_provenance, write_parquet
+from largeprompt.io.parquet_io import PRODUCERS_ENV, ResultFileError, distinct_keys, read_parquet, read_provenance, write_parquet
 from largeprompt.io.pipeline import Runtime, producer_patterns, share_producers
 from largeprompt.io.provenance import provenance
 
@@ -25,7 +25,7 @@ def in_a_job(monkeypatch):
 
 def _frame():
     rng = np.random.default_rng(0)
-    return pd.DataFrame({"prompt_length": [10, 100, 1000], "error": rng.random(3), "measure": ["gaussian"] * 3})
+    return pd.DataFrame({"prompt_length": [10, 100, 1000], "error": rng.random(3), "token_measure": ["gaussian"] * 3})
 
 
 def test_round_trip_with_provenance(tmp_path):
@@ -43,6 +43,23 @@ def test_round_trip_with_provenance(tmp_path):
     assert meta["runtime"] == {"device": "cpu", "threads": 2, "checkpoint_every": 5, "resolved_device": "cpu"}
     assert {"numpy", "torch", "pyarrow", "python", "largeprompt"} <= set(meta["versions"])
     assert meta["git_commit"]
+
+
+def test_a_table_written_before_a_rename_reads_under_todays_names(tmp_path):
+    """A table whose column still has its old name (LEGACY_COLUMNS: ``measure``) reads as ``token_measure``, also
+    when the reader selects or filters by the new name; a table with both names is read as it is."""
+    old = _frame().rename(columns={"token_measure": "measure"})
+    old.loc[2, "measure"] = "uniform"
+    path = write_parquet(old, tmp_path / "old.parquet", provenance("r", {}))
+    back = read_parquet(path)
+    assert "measure" not in back and list(back["token_measure"]) == ["gaussian", "gaussian", "uniform"]
+    picked = read_parquet(path, columns=["token_measure", "error"], filters=[("token_measure", "==", "uniform")])
+    assert list(picked.columns) == ["token_measure", "error"] and list(picked["token_measure"]) == ["uniform"]
+    nested = read_parquet(path, filters=[[("token_measure", "==", "gaussian"), ("prompt_length", ">", 10)]])
+    assert list(nested["prompt_length"]) == [100]
+    assert distinct_keys(path, ["token_measure"]) == [("gaussian",), ("uniform",)]
+    both = write_parquet(old.assign(token_measure="x"), tmp_path / "both.parquet", provenance("r", {}))
+    assert set(read_parquet(both)[["measure", "token_measure"]].columns) == {"measure", "token_measure"}
 
 
 def test_provenance_without_seeds_or_runtime():

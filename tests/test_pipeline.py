@@ -275,13 +275,13 @@ def test_a_corrupt_input_fails_with_one_line_naming_file_rule_and_command(tmp_pa
 
 
 RATE_TABLE_KEYS = {  # docs/architecture.md#tables: what one row of each rate table is
-    "exponents": ["measure", "metric", "c", "statistic"],
-    "local_exponents": ["measure", "metric", "c", "statistic", "prompt_length"],
-    "error_statistics": ["measure", "metric", "c", "statistic", "prompt_length"],
-    "rate_guides": ["measure", "metric", "c", "statistic", "prompt_length"],
-    "asymptotic_constants": ["measure", "metric", "c"],
-    "paper_form_fits": ["measure", "metric"],
-    "exponent_curves": ["curve", "measure", "metric", "c"],
+    "exponents": ["token_measure", "metric", "c", "statistic"],
+    "local_exponents": ["token_measure", "metric", "c", "statistic", "prompt_length"],
+    "error_statistics": ["token_measure", "metric", "c", "statistic", "prompt_length"],
+    "rate_guides": ["token_measure", "metric", "c", "statistic", "prompt_length"],
+    "asymptotic_constants": ["token_measure", "metric", "c"],
+    "paper_form_fits": ["token_measure", "metric"],
+    "exponent_curves": ["curve", "token_measure", "metric", "c"],
 }
 
 

@@ -63,7 +63,7 @@ def _synthetic_errors(c_values, lengths, reps=20):
     frames = []
     for c in c_values:
         errors = c * rng.lognormal(size=(reps, 1)) * lengths ** -0.6  # [R, P]
-        frames.append(pd.DataFrame({"measure": "gaussian", "c": c, "sigma_sq": c, "prompt_length": np.tile(lengths, reps),
+        frames.append(pd.DataFrame({"token_measure": "gaussian", "c": c, "sigma_sq": c, "prompt_length": np.tile(lengths, reps),
                                     "repetition": np.repeat(np.arange(reps), len(lengths)),
                                     **{column: errors.ravel() for column in ERROR_METRICS.values()}}))
     return pd.concat(frames, ignore_index=True)
@@ -113,7 +113,7 @@ def rate_outputs(folder):
 def _simulate(folder, c_values, measure="gaussian"):
     """One simulate_concentration_errors job (one measure, every c on the same draws); its error file."""
     path = folder / f"{measure}.parquet"
-    simulate_concentration_errors({}, {"errors": str(path)}, dict(seed=5, dtype="float64", measure=measure,
+    simulate_concentration_errors({}, {"errors": str(path)}, dict(seed=5, dtype="float64", token_measure=measure,
                                                                   concentration=dict(SWEEP, c_values=list(c_values))),
                                   runtime=CPU)
     return str(path)
@@ -165,7 +165,7 @@ def test_bounded_tokens_keep_rate_one_at_large_tilt(tmp_path):
     exps = pd.concat(exps)
     exps = exps[(exps["metric"] == "output") & (exps["statistic"] == "mean")]
     assert len(exps) == 2 and np.all(exps["predicted"] == 1.0)
-    assert np.all(np.abs(exps["estimate"] - 1.0) <= 0.1), exps[["measure", "estimate"]]
+    assert np.all(np.abs(exps["estimate"] - 1.0) <= 0.1), exps[["token_measure", "estimate"]]
 
 
 def test_slope_with_one_intercept_per_seed_recovers_a_common_slope():
@@ -200,7 +200,7 @@ def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp
 
     lengths = np.asarray(prompt_length_grid(4, 9, 1), dtype=float)
     frame = _synthetic_errors([0.25, 1.0, 0.5], lengths)
-    frame = pd.concat([frame, frame.assign(measure="rademacher")], ignore_index=True).sample(frac=1.0, random_state=3)
+    frame = pd.concat([frame, frame.assign(token_measure="rademacher")], ignore_index=True).sample(frac=1.0, random_state=3)
     frame = frame.assign(u=1.0, kappa=0.0)
     write_parquet(frame[ERROR_KEYS + ["output_sq_error"]], tmp_path / "out.parquet", {"rule": "test"})
     write_parquet(frame[ERROR_KEYS + ["grad_U_sq_error", "grad_V_sq_error"]].iloc[::-1], tmp_path / "grad.parquet",
@@ -213,7 +213,7 @@ def test_estimate_rates_reads_one_cell_at_a_time_and_matches_the_whole_table(tmp
         streamed = read_parquet(tmp_path / f"{name}.parquet")
         assert len(streamed) == len(whole[name]), name
         pd.testing.assert_frame_equal(streamed.reset_index(drop=True), whole[name].reset_index(drop=True), check_exact=True)
-    assert set(read_parquet(tmp_path / "exponents.parquet")["measure"]) == {"gaussian", "rademacher"}
+    assert set(read_parquet(tmp_path / "exponents.parquet")["token_measure"]) == {"gaussian", "rademacher"}
 
 
 @pytest.mark.parametrize("n_reps", [1, 2, 7, 128, 129, 1000])

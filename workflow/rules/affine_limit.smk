@@ -48,7 +48,7 @@ rule simulate_affine_limit:
         **cfg(
             "seed",
             "dtype",
-            "affine_limit.measures",
+            "affine_limit.token_measures",
             "affine_limit.gaussian_mean",
             "affine_limit.gaussian_rho",
             "affine_limit.attention_scale",

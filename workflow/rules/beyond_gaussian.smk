@@ -4,16 +4,16 @@
 
 
 wildcard_constraints:
-    measure="gaussian|rademacher|uniform",
+    token_measure="gaussian|rademacher|uniform",
 
 
 rule beyond_gaussian_flow:
     output:
-        flows=results("beyond_gaussian/{measure}/flows.parquet"),
+        flows=results("beyond_gaussian/{token_measure}/flows.parquet"),
     log:
-        logs("beyond_gaussian/{measure}/flows.log"),
+        logs("beyond_gaussian/{token_measure}/flows.log"),
     benchmark:
-        benchmarks("beyond_gaussian_flow/{measure}.tsv")
+        benchmarks("beyond_gaussian_flow/{token_measure}.tsv")
     cache: SHARE
     conda:
         ENV
@@ -32,21 +32,21 @@ rule beyond_gaussian_flow:
             "infinite.rtol",
             "infinite.atol",
         ),
-        token_measure=lambda w: w.measure,
+        token_measure=lambda w: w.token_measure,
     script:
         "../scripts/beyond_gaussian_flow.py"
 
 
 rule train_beyond_gaussian:
     input:
-        flows=results("beyond_gaussian/{measure}/flows.parquet"),
+        flows=results("beyond_gaussian/{token_measure}/flows.parquet"),
         linear_flows=results("beyond_gaussian/gaussian/flows.parquet"),
     output:
-        trajectories=results("beyond_gaussian/{measure}/train_L{L}.parquet"),
+        trajectories=results("beyond_gaussian/{token_measure}/train_L{L}.parquet"),
     log:
-        logs("beyond_gaussian/{measure}/train_L{L}.log"),
+        logs("beyond_gaussian/{token_measure}/train_L{L}.log"),
     benchmark:
-        benchmarks("train_beyond_gaussian/{measure}/L{L}.tsv")
+        benchmarks("train_beyond_gaussian/{token_measure}/L{L}.tsv")
     wildcard_constraints:
         L=r"\d+",
     cache: SHARE
@@ -66,7 +66,7 @@ rule train_beyond_gaussian:
             "beyond_gaussian.train",
             *BEYOND_TRAIN,
         ),
-        token_measure=lambda w: w.measure,
+        token_measure=lambda w: w.token_measure,
         prompt_length=lambda w: int(w.L),
     script:
         "../scripts/train_beyond_gaussian.py"
@@ -78,13 +78,13 @@ rule transfer_beyond_gaussian:
     output:
         # multiext, not expand: Snakemake's between-run cache (--cache) stores a job of several outputs only so
         trajectories=multiext(
-            results("beyond_gaussian/{measure}/transfer_"),
+            results("beyond_gaussian/{token_measure}/transfer_"),
             *transfer_files(),
         ),
     log:
-        logs("beyond_gaussian/{measure}/transfer.log"),
+        logs("beyond_gaussian/{token_measure}/transfer.log"),
     benchmark:
-        benchmarks("transfer_beyond_gaussian/{measure}.tsv")
+        benchmarks("transfer_beyond_gaussian/{token_measure}.tsv")
     cache: SHARE
     conda:
         ENV
@@ -103,7 +103,7 @@ rule transfer_beyond_gaussian:
             "transfer.lr",
             "transfer.horizon",
         ),
-        token_measure=lambda w: w.measure,
+        token_measure=lambda w: w.token_measure,
     script:
         "../scripts/transfer_beyond_gaussian.py"
 

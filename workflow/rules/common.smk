@@ -178,8 +178,8 @@ def beyond_gaussian_runs(kind):
     """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
     section = config["beyond_gaussian"]
     return expand(
-        results(f"beyond_gaussian/{{measure}}/{kind}_L{{L}}.parquet"),
-        measure=section["token_measures"],
+        results(f"beyond_gaussian/{{token_measure}}/{kind}_L{{L}}.parquet"),
+        token_measure=section["token_measures"],
         L=section[kind]["prompt_lengths"],
     )
 
@@ -202,8 +202,8 @@ def transfer_trajectories():
 
 def error_jobs():
     return expand(
-        results("concentration/errors/{measure}.parquet"),
-        measure=config["concentration"]["measures"],
+        results("concentration/errors/{token_measure}.parquet"),
+        token_measure=config["concentration"]["token_measures"],
     )
 
 
@@ -256,7 +256,7 @@ def result_files(rules):
         + beyond_gaussian_runs("train")
         + beyond_gaussian_runs("transfer")
         + expand(
-            results("beyond_gaussian/{measure}/flows.parquet"),
-            measure={"gaussian", *config["beyond_gaussian"]["token_measures"]},
+            results("beyond_gaussian/{token_measure}/flows.parquet"),
+            token_measure={"gaussian", *config["beyond_gaussian"]["token_measures"]},
         )
     )

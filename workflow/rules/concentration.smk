@@ -5,13 +5,13 @@
 
 rule simulate_concentration_errors:
     output:
-        errors=results("concentration/errors/{measure}.parquet"),
+        errors=results("concentration/errors/{token_measure}.parquet"),
     log:
-        logs("concentration/simulate_concentration_errors/{measure}.log"),
+        logs("concentration/simulate_concentration_errors/{token_measure}.log"),
     benchmark:
-        benchmarks("simulate_concentration_errors/{measure}.tsv")
+        benchmarks("simulate_concentration_errors/{token_measure}.tsv")
     wildcard_constraints:
-        measure="gaussian|rademacher|uniform",
+        token_measure="gaussian|rademacher|uniform",
     cache: SHARE
     conda:
         ENV
@@ -34,7 +34,7 @@ rule simulate_concentration_errors:
             "concentration.repetition_block",
             "concentration.chunk_size",
         ),
-        measure=lambda wildcards: wildcards.measure,
+        token_measure=lambda wildcards: wildcards.token_measure,
     script:
         "../scripts/simulate_concentration_errors.py"
 

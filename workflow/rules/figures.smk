@@ -298,8 +298,8 @@ rule plot_beyond_gaussian:
             for t in ("prompt_lengths", "gaps", "slopes", "optima", "scale_profiles")
         },
         flows=expand(
-            results("beyond_gaussian/{measure}/flows.parquet"),
-            measure=config["beyond_gaussian"]["token_measures"],
+            results("beyond_gaussian/{token_measure}/flows.parquet"),
+            token_measure=config["beyond_gaussian"]["token_measures"],
         ),
     output:
         pdf=figures("beyond_gaussian.pdf"),

@@ -89,8 +89,8 @@ def concentration(config, folder, quick) -> tuple[list[Job], str]:
     block, log2, work, settings = _block_slices(b, "concentration", quick)
     paper_work = b["n_repetitions"] * 2 ** b["log2_max_prompt_length"]
     jobs = []
-    for measure in b["measures"]:
-        cfg = with_values(config, measure=measure, concentration__n_repetitions=block)
+    for measure in b["token_measures"]:
+        cfg = with_values(config, token_measure=measure, concentration__n_repetitions=block)
         fit, floor = _sliced("simulate_concentration_errors", cfg, folder / measure, work, settings)
         jobs.append(Job(f"simulate_concentration_errors {measure}", "simulate_concentration_errors",
                         predict_linear(fit, paper_work), floor=predict_linear(floor, paper_work)))
@@ -108,7 +108,7 @@ def _error_tables(config, folder, quick):
     (measure, c) cells (estimate_concentration_rates reads one cell at a time: its cost is linear in the cells)."""
     b = config["concentration"]
     lengths = prompt_length_grid(b["log2_min_prompt_length"], b["log2_max_prompt_length"], b["points_per_octave"])
-    every = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
+    every = [[m, float(c)] for m in b["token_measures"] for c in b["c_values"]]
     reps = b["n_repetitions"] // (10 if quick else 1)
     collect, rates, sizes = [], [], [3, 6]
     for n in sizes:

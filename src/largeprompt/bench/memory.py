@@ -89,7 +89,7 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
                 timed("simulate_affine_limit", config, folder / "a", prepared("queries", folder / "q", params=config))))
     out.append(("plot_affine_limit (its table)",
                 timed("plot_affine_limit", config, folder / "p", {"bands": str(folder / "a" / "bands.parquet")})))
-    cells = [[m, float(c)] for m in b["measures"] for c in b["c_values"]]
+    cells = [[m, float(c)] for m in b["token_measures"] for c in b["c_values"]]
     jobs = prepared("errors", folder / "errors", cells=cells, lengths=lengths, n_repetitions=b["n_repetitions"])
     rows = len(cells) * len(lengths) * b["n_repetitions"]
     collected = timed("collect_concentration_errors", config, folder / "c", jobs)
@@ -126,7 +126,7 @@ def _simulate_errors_table(config: dict, folder: Path, n_lengths: int) -> tuple[
     grid = lambda ppo: prompt_length_grid(b["log2_min_prompt_length"], SHORT_PROMPT_LOG2, ppo)  # noqa: E731
     while len(grid(ppo)) < n_lengths:
         ppo += 1
-    cfg = with_values(config, measure=b["measures"][0], c=1.0, concentration__log2_max_prompt_length=SHORT_PROMPT_LOG2,
+    cfg = with_values(config, token_measure=b["token_measures"][0], c=1.0, concentration__log2_max_prompt_length=SHORT_PROMPT_LOG2,
                       concentration__points_per_octave=ppo)
     rows = b["n_repetitions"] * len(grid(ppo))
     return f"simulate_concentration_errors ({rows / 1e6:.2f}M rows, L to 2^{SHORT_PROMPT_LOG2})", timed("simulate_concentration_errors", cfg, folder)

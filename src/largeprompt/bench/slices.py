@@ -68,7 +68,7 @@ def synthetic_errors(measure: str, c: float, lengths: list[int], n_repetitions: 
     def noisy():
         return scale * rng.chisquare(2.0, size=n_l * n_repetitions)
     return pd.DataFrame({
-        "measure": measure, "c": float(c), "sigma_sq": float(c), "u": 1.0,
+        "token_measure": measure, "c": float(c), "sigma_sq": float(c), "u": 1.0,
         "prompt_length": np.tile(np.asarray(lengths, dtype=np.int64), n_repetitions),
         "repetition": np.repeat(np.arange(n_repetitions, dtype=np.int64), n_l),
         "kappa": np.repeat(rng.chisquare(2.0, size=n_repetitions), n_l),

@@ -160,20 +160,49 @@ def _merge(base: dict, overlay: dict) -> None:
             base[key] = value
 
 
-def migrate_deprecated(config: dict, warn=None) -> bool:
-    """Move the keys this release renamed to their new place, in place, with one deprecation message naming the
-    new keys (``warn``, default: printed to stderr); returns whether anything moved. ``bounds`` (the concentration
-    sweep and the fixed-query experiment) became ``concentration`` and ``fixed_query_bound``; its shared
-    ``chunk_size`` and ``ci_level`` apply to both."""
+RENAMED_KEYS = {  # (section, old key) → new key: renamed into the paper's language
+    ("concentration", "measures"): "token_measures",
+    ("affine_limit", "measures"): "token_measures",
+}
+
+
+def renamed_message(section: str, old: str, new: str) -> str:
+    return (f"config key '{section}.{old}' is deprecated and will be removed in the next release: it is now "
+            f"'{section}.{new}'; it is read that way for now")
+
+
+def _migrate_bounds(config: dict) -> list[str]:
+    """``bounds`` (the concentration sweep and the fixed-query experiment) became ``concentration`` and
+    ``fixed_query_bound``; its shared ``chunk_size`` and ``ci_level`` apply to both."""
     if "bounds" not in config:
-        return False
+        return []
     old = dict(config.pop("bounds") or {})
     fixed = dict(old.pop("fixed_query", None) or {})
     fixed.update({k: old[k] for k in ("chunk_size", "ci_level") if k in old and k not in fixed})
     _merge(config.setdefault("concentration", {}), old)
     _merge(config.setdefault("fixed_query_bound", {}), fixed)
-    (warn or (lambda text: print(f"WARNING: {text}", file=sys.stderr)))(DEPRECATION)
-    return True
+    return [DEPRECATION]
+
+
+def _migrate_renamed(config: dict) -> list[str]:
+    """The keys of RENAMED_KEYS, moved to their new name (the old name wins: a config file that still uses it is
+    overlaid on defaults that already use the new one)."""
+    messages = []
+    for (section, old), new in RENAMED_KEYS.items():
+        node = config.get(section)
+        if isinstance(node, dict) and old in node:
+            node[new] = node.pop(old)
+            messages.append(renamed_message(section, old, new))
+    return messages
+
+
+def migrate_deprecated(config: dict, warn=None) -> bool:
+    """Move the keys this release renamed to their new place, in place, with one deprecation message per move naming
+    the new keys (``warn``, default: printed to stderr); returns whether anything moved."""
+    messages = _migrate_bounds(config) + _migrate_renamed(config)
+    for text in messages:
+        (warn or (lambda line: print(f"WARNING: {line}", file=sys.stderr)))(text)
+    return bool(messages)
 
 
 def check_config(config: dict, schema_path: str | Path) -> None:

@@ -21,6 +21,7 @@ METADATA_KEY = b"largeprompt"
 PRODUCERS_ENV = "LARGEPROMPT_PRODUCERS"  # set by the Snakefile (largeprompt.io.pipeline.producer_patterns)
 PRODUCERS_FILE = Path(".snakemake") / "largeprompt_producers.json"  # the same, kept for `largeprompt inspect`
 
+LEGACY_COLUMNS = {"measure": "token_measure"}  # old column name → today's (tables written before the rename)
 RESULT_PATH = re.compile(r"(?:^|/)results/(?P<run>[^/]+)/(?P<rest>.+)$")
 
 
@@ -180,11 +181,33 @@ def distinct_keys(path: str | os.PathLike, columns: list[str]) -> list[tuple]:
     return sorted(zip(*(keys.column(name).to_pylist() for name in columns)))
 
 
+def _legacy_names(path: Path) -> dict[str, str]:
+    """{today's name: the name in ``path``} for the LEGACY_COLUMNS that ``path`` still carries under their old name."""
+    names = set(pq.read_schema(path).names)
+    return {new: old for old, new in LEGACY_COLUMNS.items() if old in names and new not in names}
+
+
+def _renamed_filters(filters, names: dict[str, str]):
+    """pyarrow DNF ``filters`` (a list of tuples, or a list of such lists) with their column names mapped by ``names``."""
+    if not filters or not names:
+        return filters
+    if isinstance(filters[0], tuple):
+        return [(names.get(col, col), op, value) for col, op, value in filters]
+    return [_renamed_filters(conjunction, names) for conjunction in filters]
+
+
 def _read_table(path: str | os.PathLike, columns=None, filters=None) -> pa.Table:
+    """The table at ``path``; a table written before a rename (LEGACY_COLUMNS) reads under today's names."""
     path = Path(path)
     if not path.exists():
         raise ResultFileError(_problem(path, "no such result file"))
     try:
-        return pq.read_table(path, columns=columns, filters=filters)
+        legacy = _legacy_names(path)
+        wanted = None if columns is None else [legacy.get(c, c) for c in columns]
+        table = pq.read_table(path, columns=wanted, filters=_renamed_filters(filters, legacy))
     except (pa.ArrowException, OSError) as exc:
         raise ResultFileError(_problem(path, f"not a readable Parquet file ({exc})")) from exc
+    if not legacy:
+        return table
+    back = {old: new for new, old in legacy.items()}
+    return table.rename_columns([back.get(name, name) for name in table.column_names])

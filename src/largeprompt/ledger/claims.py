@@ -73,7 +73,7 @@ def r1_affine_limit(read, claim):
     if outputs is None:
         return []
     out = []
-    for measure, frame in outputs[outputs["prompt_length"] >= R1_MIN_PROMPT_LENGTH].groupby("measure", sort=True):
+    for measure, frame in outputs[outputs["prompt_length"] >= R1_MIN_PROMPT_LENGTH].groupby("token_measure", sort=True):
         if frame["prompt_length"].nunique() < 2:
             continue
         sq = (frame["finite_prompt_output"] - frame["infinite_prompt_output"]) ** 2
@@ -93,7 +93,7 @@ def exponent_at(which: str, metric: str, measures: tuple[str, ...] | None = None
             return []
         rows = table[(table["metric"] == metric) & (table["statistic"] == "mean")]
         out = []
-        for name, frame in rows.groupby("measure", sort=True):
+        for name, frame in rows.groupby("token_measure", sort=True):
             if measures and name not in measures:
                 continue
             r = frame.loc[frame["c"].idxmin() if which == "smallest" else frame["c"].idxmax()]

@@ -15,7 +15,7 @@ from largeprompt.maths.attention import streaming_tilted_moments
 from largeprompt.maths.gradients import jacobian_sq_errors
 from largeprompt.maths.measures import make_measure
 
-ERROR_KEYS = ["measure", "c", "sigma_sq", "u", "prompt_length", "repetition", "kappa"]  # the keys of an error row
+ERROR_KEYS = ["token_measure", "c", "sigma_sq", "u", "prompt_length", "repetition", "kappa"]  # the keys of an error row
 
 
 def prompt_length_grid(log2_min: int, log2_max: int, points_per_octave: int = 1) -> list[int]:

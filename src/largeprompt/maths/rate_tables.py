@@ -61,7 +61,7 @@ def statistic_rows(tables: dict, errors, lengths, boot, stat: str, level: float,
     (``boot`` [B, P]: the statistic of each bootstrap resample)."""
     fit = upper_half(lengths)
     point = statistic(errors, stat)  # [P]
-    predicted = float(predicted_exponent(key["c"], key["measure"])) if stat == "mean" else 1.0
+    predicted = float(predicted_exponent(key["c"], key["token_measure"])) if stat == "mean" else 1.0
     lo, hi = percentile_ci(loglog_exponent(lengths[fit], boot[:, fit]), level)
     key = dict(key, statistic=stat)
     tables["exponents"].append(dict(key, estimate=float(loglog_exponent(lengths[fit], point[fit])), ci_low=float(lo),
@@ -98,7 +98,7 @@ def exponent_grid(c_values) -> np.ndarray:
 
 def predicted_curve_rows(measure: str, grid) -> list[dict]:
     """The predicted exponent min(1, 1/(2c)) (1 for bounded tokens) at every c of ``grid``."""
-    return [dict(curve="predicted", measure=measure, metric=None, c=float(c), exponent=float(p), ci_low=np.nan,
+    return [dict(curve="predicted", token_measure=measure, metric=None, c=float(c), exponent=float(p), ci_low=np.nan,
                  ci_high=np.nan, predicted=float(p)) for c, p in zip(grid, predicted_exponent(grid, measure))]
 
 
@@ -115,21 +115,21 @@ def paper_form_rows(metric: str, group: list, level: float, grid) -> tuple[dict,
     point = np.concatenate([g[3].mean(0) for g in group])  # [N]
     boot = np.concatenate([g[4] for g in group], axis=1)  # [B, N]
     est, boot_fit = fit_paper_form(ls, s2, point), fit_paper_form(ls, s2, boot)  # [2], [B, 2]
-    fit = dict(metric=metric, measure="gaussian", min_c=min(g[0] for g in group), fit_min_prompt_length=int(ls.min()),
+    fit = dict(metric=metric, token_measure="gaussian", min_c=min(g[0] for g in group), fit_min_prompt_length=int(ls.min()),
                fit_max_prompt_length=int(ls.max()), n_repetitions=int(group[0][3].shape[0]), c2_predicted=0.5)
     for k, name in enumerate(("c1", "c2")):
         lo, hi = percentile_ci(boot_fit[:, k], level)
         fit.update({name: float(est[k]), f"{name}_ci_low": float(lo), f"{name}_ci_high": float(hi)})
     sub = grid[grid >= fit["min_c"] * 0.9]
     curves = [paper_form_exponent(fit[key], sub) for key in ("c2", "c2_ci_low", "c2_ci_high", "c2_predicted")]
-    rows = [dict(curve="paper_form", measure="gaussian", metric=metric, c=float(c), exponent=float(e), ci_low=float(lo),
+    rows = [dict(curve="paper_form", token_measure="gaussian", metric=metric, c=float(c), exponent=float(e), ci_low=float(lo),
                  ci_high=float(hi), predicted=float(p)) for c, e, lo, hi, p in zip(sub, *curves)]
     return fit, rows
 
 
 def in_memory_cells(frame: pd.DataFrame):
     """(cells, load_cell) for :func:`rate_tables` from a merged error table already in memory."""
-    groups = dict(list(frame.groupby(["measure", "c"], sort=True)))
+    groups = dict(list(frame.groupby(["token_measure", "c"], sort=True)))
     return sorted(groups), lambda name, c: groups[(name, c)]
 
 
@@ -149,7 +149,7 @@ def rate_tables(cells: Iterable[tuple[str, float]], load_cell: Callable[[str, fl
             # numbers, docs/theory.md#token-sampler), so the joint paper-form fit must resample them jointly.
             rng = np.random.default_rng(stream_seed(seed, f"concentration/bootstrap/{name}/{metric}"))
             idx = bootstrap_indices(errors.shape[0], cfg.n_bootstrap, rng)  # [B, R]
-            key = dict(measure=name, metric=metric, c=c)
+            key = dict(token_measure=name, metric=metric, c=c)
             boots = bootstrap_statistics(errors, (*STATISTICS, "q90"), idx)  # {statistic: [B, P]}
             for stat in STATISTICS:
                 statistic_rows(tables, errors, lengths, boots[stat], stat, cfg.ci_level, key)

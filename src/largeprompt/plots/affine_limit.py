@@ -17,12 +17,12 @@ TITLES = {
 def plot_affine_limit(inputs, outputs, params=None, rule="plot_affine_limit"):
     apply_style()
     data = read_parquet(inputs["bands"])
-    measures = list(dict.fromkeys(data["measure"]))
+    measures = list(dict.fromkeys(data["token_measure"]))
     fig, axes = plt.subplots(1, len(measures), figsize=(4.2 * len(measures), 3.8), squeeze=False)
     lengths = sorted(data["prompt_length"].unique())
     palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths))))
     for ax, name in zip(axes[0], measures):
-        panel = data[data["measure"] == name]
+        panel = data[data["token_measure"] == name]
         for L, g in panel.groupby("prompt_length"):
             g = g.sort_values("t")
             ax.plot(g["t"], g["finite_prompt_output_mean"], color=palette[L], label=str(L))

@@ -35,7 +35,7 @@ def read_rate_tables(inputs, names=("error_statistics", "exponents", "rate_guide
 def draw_concentration_row(axes, tables: dict, metric: str, measure: str):
     """Three panels for one metric: mean (+ predicted rate), median and 90% quantile, local exponent."""
     ax_mean, ax_med, ax_local = axes
-    mine = {name: _rows(table, metric=metric, measure=measure) for name, table in tables.items()}
+    mine = {name: _rows(table, metric=metric, token_measure=measure) for name, table in tables.items()}
     colours = c_palette(mine["exponents"]["c"].unique())
     for c, colour in colours.items():
         stat = _rows(mine["error_statistics"], c=c)

@@ -11,7 +11,7 @@ from largeprompt.plots.style import apply_style, layout, save_figure, suptitle
 def plot_gradient_concentration(inputs, outputs, params=None, rule="plot_gradient_concentration"):
     apply_style()
     tables = read_rate_tables(inputs)
-    measures = list(dict.fromkeys(tables["exponents"]["measure"]))
+    measures = list(dict.fromkeys(tables["exponents"]["token_measure"]))
     rows = [(m, metric) for m in measures for metric in ("grad_U", "grad_V")]
     fig, axes = plt.subplots(len(rows), 3, figsize=(17, 4.3 * len(rows)), squeeze=False)
     for row, (measure, metric) in zip(axes, rows):

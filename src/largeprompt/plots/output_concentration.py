@@ -10,7 +10,7 @@ from largeprompt.plots.style import apply_style, layout, save_figure, suptitle
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
     apply_style()
     tables = read_rate_tables(inputs)
-    measures = list(dict.fromkeys(tables["exponents"]["measure"]))
+    measures = list(dict.fromkeys(tables["exponents"]["token_measure"]))
     fig, axes = plt.subplots(len(measures), 3, figsize=(17, 4.3 * len(measures)), squeeze=False)
     for row, measure in zip(axes, measures):
         draw_concentration_row(row, tables, "output", measure)

@@ -22,11 +22,11 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
     apply_style()
     exps, curves = read_parquet(inputs["exponents"]), read_parquet(inputs["exponent_curves"])
     fits = read_parquet(inputs["paper_form_fits"])
-    measures = list(dict.fromkeys(exps["measure"]))
+    measures = list(dict.fromkeys(exps["token_measure"]))
     fig, axes = plt.subplots(1, len(measures), figsize=(6 * len(measures) + 1, 4.6), squeeze=False)
     colours = dict(zip(MARKERS, sns.color_palette("deep", 3)))
     for ax, measure in zip(axes[0], measures):
-        cells = exps[exps["measure"] == measure]
+        cells = exps[exps["token_measure"] == measure]
         for metric in MARKERS:
             for stat, fill in (("mean", True), ("median", False)):
                 sel = cells[(cells["metric"] == metric) & (cells["statistic"] == stat)].sort_values("c")
@@ -37,17 +37,17 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
                 ax.errorbar(x, sel["estimate"], yerr=err, color=colours[metric], marker=MARKERS[metric], ms=5,
                             mfc=colours[metric] if fill else "white", linestyle="-" if fill else ":", linewidth=1, capsize=2,
                             label=f"{stat} of {METRIC_LABELS[metric]}")
-        curve = curves[(curves["curve"] == "predicted") & (curves["measure"] == measure)].sort_values("c")
+        curve = curves[(curves["curve"] == "predicted") & (curves["token_measure"] == measure)].sort_values("c")
         label = (r"predicted rate $L^{-\min(1,\,1/(2c))}$: exponent $\min(1, 1/(2c))$" if measure == "gaussian"
                  else r"predicted rate $L^{-1}$: exponent 1 (bounded tokens)")
         ax.plot(curve["c"], curve["exponent"], label=label, **REFERENCE_STYLE)
         for metric, ls in (("output", (0, (4, 2))), ("grad_U", (0, (1.5, 1.5)))):
-            fit = fits[(fits["metric"] == metric) & (fits["measure"] == measure)] if len(fits) else fits
+            fit = fits[(fits["metric"] == metric) & (fits["token_measure"] == measure)] if len(fits) else fits
             if fit.empty:
                 continue
             row = fit.iloc[0]
             sub = curves[(curves["curve"] == "paper_form") & (curves["metric"] == metric)
-                         & (curves["measure"] == measure)].sort_values("c")
+                         & (curves["token_measure"] == measure)].sort_values("c")
             ax.plot(sub["c"], sub["exponent"], color="grey", linestyle=ls, linewidth=1.4,
                     label=(f"paper form $c_1\\ln L/L^{{c_2/\\sigma^2}}$ ({metric}, $c \\geq {row.min_c:g}$): "
                            f"$\\hat c_2$={row.c2:.2f} [{row.c2_ci_low:.2f}, {row.c2_ci_high:.2f}], curve $\\hat c_2/c$"))

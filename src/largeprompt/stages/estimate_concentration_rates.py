@@ -27,20 +27,20 @@ class RateSettings:
 def estimate_concentration_rates(inputs, outputs, params, rule="estimate_concentration_rates"):
     """Write results/<run>/concentration/{exponents, local_exponents, …}.parquet (one table per kind of row)."""
     cfg = settings_from(RateSettings, params["concentration"], "concentration")
-    keys = ["measure", "c", "prompt_length", "repetition"]
+    keys = ["token_measure", "c", "prompt_length", "repetition"]
 
     def load_cell(name: str, c: float) -> pd.DataFrame:
-        cell = [("measure", "==", name), ("c", "==", c)]
+        cell = [("token_measure", "==", name), ("c", "==", c)]
         errors = read_parquet(inputs["output_errors"], filters=cell)
         grads = read_parquet(inputs["gradient_errors"], columns=keys + ["grad_U_sq_error", "grad_V_sq_error"],
                              filters=cell)
         return errors.merge(grads, on=keys, validate="one_to_one")
 
-    cells = distinct_keys(inputs["output_errors"], ["measure", "c"])
+    cells = distinct_keys(inputs["output_errors"], ["token_measure", "c"])
     tables = rate_tables(progress(cells, desc="rates"), load_cell, cfg, int(params["seed"]))
     prov = provenance(rule, params, base_seed=params["seed"])
     for name in TABLES:
         write_parquet(tables[name], outputs[name], prov)
     for r in tables["exponents"].itertuples():
-        print(f"{r.measure} {r.metric} c={r.c:g} {r.statistic}: exponent {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+        print(f"{r.token_measure} {r.metric} c={r.c:g} {r.statistic}: exponent {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
               f" (predicted {r.predicted:.3f})")

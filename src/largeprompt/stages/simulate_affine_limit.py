@@ -29,7 +29,7 @@ BAND_LEVEL = 0.90  # the figure's band over prompts: the 5% and 95% quantiles
 class AffineLimitSettings:
     """Config section ``affine_limit`` (the ray itself is in the queries file)."""
 
-    measures: list
+    token_measures: list
     gaussian_mean: list
     gaussian_rho: float
     attention_scale: float
@@ -77,7 +77,7 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
     lengths = sorted(int(L) for L in cfg.prompt_lengths)
     U, V = attention_and_value(dim, cfg.attention_scale, dtype, device)
     frames = []
-    for name in cfg.measures:
+    for name in cfg.token_measures:
         measure = affine_limit_measure(name, dim, cfg, dtype, device)
         limit = infinite_prompt_attention(query, measure, U, V)[:, 0].cpu().numpy()  # [P]
         finite = finite_prompt_outputs(query, measure, U, V, lengths, cfg.n_prompts, cfg.chunk_size, params["seed"],
@@ -86,7 +86,7 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
             np.arange(cfg.n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
         )
         frames.append(pd.DataFrame({
-            "measure": name,
+            "token_measure": name,
             "prompt_length": np.asarray(lengths)[length_idx.ravel()],
             "prompt": prompt_idx.ravel(),
             "point": point_idx.ravel(),
@@ -97,5 +97,5 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
     frame = pd.concat(frames, ignore_index=True)
     prov = provenance(rule, params, base_seed=params["seed"], runtime=runtime)
     write_parquet(frame, outputs["outputs"], prov)
-    keys = ["measure", "prompt_length", "point", "t", "infinite_prompt_output"]
+    keys = ["token_measure", "prompt_length", "point", "t", "infinite_prompt_output"]
     write_parquet(percentile_bands(frame, keys, "finite_prompt_output", BAND_LEVEL), outputs["bands"], prov)

@@ -42,7 +42,7 @@ def simulate_concentration_errors(inputs, outputs, params, rule="simulate_concen
     """
     cfg = settings_from(SweepSettings, params["concentration"], "concentration")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
-    name, c_values = params["measure"], [float(c) for c in cfg.c_values]
+    name, c_values = params["token_measure"], [float(c) for c in cfg.c_values]
     lengths = prompt_length_grid(cfg.log2_min_prompt_length, cfg.log2_max_prompt_length, cfg.points_per_octave)
     blocks = []
     starts = range(0, cfg.n_repetitions, cfg.repetition_block)
@@ -56,7 +56,7 @@ def simulate_concentration_errors(inputs, outputs, params, rule="simulate_concen
     n_c, n_r, n_l = output.shape
     scales = np.array([tilt_scales(name, c) for c in c_values])  # [C, 2]
     frame = pd.DataFrame({
-        "measure": name,
+        "token_measure": name,
         "c": np.repeat(c_values, n_r * n_l),
         "sigma_sq": np.repeat(scales[:, 0], n_r * n_l),
         "u": np.repeat(scales[:, 1], n_r * n_l),
