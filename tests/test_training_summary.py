@@ -10,8 +10,9 @@ from scipy import stats
 
 from largeprompt.icl.engine.status import StatusRule, final_loss, judge, split_modes
 from largeprompt.io.parquet_io import read_parquet, write_parquet
-from largeprompt.stages import summarize_training as ts
-from largeprompt.stages.summarize_training import SummarySettings, flow_row, prompt_length_row, run_row
+from largeprompt.icl import training_summary as ts
+from largeprompt.icl.training_summary import SummarySettings, flow_row, prompt_length_row, run_row
+from largeprompt.stages.summarize_training import summarize_training
 from tolerance import assert_within, eps, rounding_tolerance
 
 CFG = SummarySettings(trapped_loss_ratio={"softmax": 1.25, "linear": 1.1}, trapped_readout_fraction=0.1,
@@ -213,7 +214,7 @@ def test_summarize_training_judges_outcomes_and_records_the_flow_class(tmp_path)
     icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
     train = {"trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,
              "convergence_window": 0.2, "mode_gap_factor": 2.0}
-    ts.summarize_training({"trajectories": paths, "flows": [tmp_path / "flow0.parquet", tmp_path / "flow1.parquet"],
+    summarize_training({"trajectories": paths, "flows": [tmp_path / "flow0.parquet", tmp_path / "flow1.parquet"],
                            "bayes_risk": tmp_path / "bayes.parquet"},
                           {"runs": tmp_path / "runs.parquet", "prompt_lengths": tmp_path / "table.parquet"},
                           {"icl": icl, "train": train})
