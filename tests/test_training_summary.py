@@ -226,6 +226,16 @@ def test_summarize_training_judges_outcomes_and_records_the_flow_class(tmp_path)
     assert (runs_.loc[runs_["seed"] == 0, "flow_class"] == "drifts").all()
     assert runs_.loc[runs_["status"] == "ok", "trap_reason"].isna().all()  # null, not ""
     assert (runs_["excess_risk"] == runs_["final_test_loss"] - runs_["prompt_length"].map({10: 0.2, 50: 0.15})).all()
-    assert table.set_index(["model", "prompt_length"]).loc[("linear", 10), "n_drifting_flows"] == 1
+    by = table.set_index(["model", "prompt_length"])
+    assert by.loc[("linear", 10), "n_drifting_flows"] == 1
+    # the trapped runs per reason, and those on a drifting flow, as the run table has them
+    for (model, L), r in by.iterrows():
+        shared = runs_[(runs_["model"] == model) & (runs_["prompt_length"] == L) & (runs_["stream"] == 0)]
+        for reason in ("no readout", "worse equilibrium"):
+            trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
+            key = "n_trapped_" + reason.replace(" ", "_")
+            assert r[key] == len(trapped) and r[key + "_drifting"] == (trapped["flow_class"] == "drifts").sum()
+        assert r["n_trapped_no_readout"] + r["n_trapped_worse_equilibrium"] == r["n_trapped"]
+    assert by["n_trapped_worse_equilibrium_drifting"].sum() == 3  # seed 0 (drifting) trapped at 3 of the 4 (model, L)
     for col in ("seed", "stream", "step", "prompt_length"):
         assert pd.api.types.is_integer_dtype(runs_[col]), col

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import StatusRule, judge, readout, run_outcome, split_modes
+from largeprompt.icl.engine.status import TRAP_REASONS, StatusRule, judge, readout, run_outcome, split_modes
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
 from largeprompt.maths.rates import t_interval
@@ -63,6 +63,17 @@ def judge_prompt_length(runs: pd.DataFrame, cfg: SummarySettings, linear_optimum
     return pd.concat(parts)
 
 
+def trap_counts(shared: pd.DataFrame) -> dict:
+    """Per trap reason (status.TRAP_REASONS), the trapped runs of ``shared`` and how many of them start on a drifting
+    R∞ flow: ``n_trapped_no_readout``, ``n_trapped_no_readout_drifting``, …"""
+    out = {}
+    for reason in TRAP_REASONS:
+        trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
+        key = "n_trapped_" + reason.replace(" ", "_")
+        out[key], out[key + "_drifting"] = len(trapped), int((trapped["flow_class"] == "drifts").sum())
+    return out
+
+
 def seed_mean_change(trajectories: pd.DataFrame, ok: pd.DataFrame, window: float) -> float:
     """|m(end) − m(start of the window)| / m(end), m = seed-mean test loss of the ok shared-stream runs that reached
     the full horizon, each end averaged over a twentieth of the horizon (docs/experiments.md#training-protocol)."""
@@ -91,6 +102,7 @@ def prompt_length_row(runs: pd.DataFrame, trajectories: pd.DataFrame, bayes: pd.
     row = {"model": model, "prompt_length": L, "n_seeds": len(shared), "n_ok": len(ok),
            "n_trapped": int((shared["status"] == "trapped").sum()), "n_diverged": int((shared["status"] == "diverged").sum()),
            "n_drifting_flows": int((shared["flow_class"] == "drifts").sum()),
+           **trap_counts(shared),
            "bayes_risk": float(bayes["bayes_risk"]), "noise_variance": theory["noise_variance"]}
     for col in ("final_test_loss", "excess_risk", "scaled_excess_risk"):
         row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col], level)

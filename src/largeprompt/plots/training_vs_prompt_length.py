@@ -23,9 +23,10 @@ def _band(ax, table, column, color, label):
     ax.fill_between(t["prompt_length"], t[f"{column}_lo"], t[f"{column}_hi"], color=color, alpha=0.25, linewidth=0)
 
 
-def _runs(ax, runs, column, model):
-    """ok runs as dots, trapped runs as open triangles (one marker per reason), diverged as crosses at the top."""
-    color, shared = COLORS[model], runs[runs["stream"] == 0]
+def _runs(ax, runs, table, column, model):
+    """ok runs as dots, trapped runs as open triangles (one marker per reason, with the summary's counts of those on
+    a drifting flow), diverged as crosses at the top."""
+    color, shared, counts = COLORS[model], runs[runs["stream"] == 0], table[table["model"] == model]
     ok = shared[shared["status"] == "ok"]
     if len(ok):
         ax.scatter(ok["prompt_length"] * OFFSET[model], ok[column], s=10, color=color, alpha=0.6, linewidth=0,
@@ -33,7 +34,7 @@ def _runs(ax, runs, column, model):
     for reason, marker in TRAPPED_MARKERS.items():
         trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
         if len(trapped):
-            drifting = int((trapped["flow_class"] == "drifts").sum())
+            drifting = int(counts[f"n_trapped_{reason.replace(' ', '_')}_drifting"].sum())
             ax.scatter(trapped["prompt_length"] * OFFSET[model], trapped[column], s=26, marker=marker, facecolors="none",
                        edgecolors=color, linewidth=0.9,
                        label=f"{model}: trapped, {reason} ({len(trapped)}; flow drifts: {drifting})")
@@ -77,7 +78,7 @@ def _loss_panel(ax, runs, table, bayes):
         t = table[table["model"] == model]
         if len(t):
             _band(ax, t, "final_test_loss", COLORS[model], f"{model}: mean, 95% CI over ok runs")
-            _runs(ax, runs[runs["model"] == model], "final_test_loss", model)
+            _runs(ax, runs[runs["model"] == model], t, "final_test_loss", model)
             _modes(ax, t, model)
     _theory(ax, table, bayes)
     ax.set_title("final test loss; " + _count_note(ax, table) + "\n(red: softmax, blue: linear)", fontsize=8, pad=20)
@@ -167,11 +168,11 @@ def _escape_panel(ax, runs):
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
-def _drift_note(runs, classes) -> str:
-    seeds = runs.drop_duplicates("seed")
-    drifting = int((seeds["flow_class"] == "drifts").sum())
+def _drift_note(table, classes) -> str:
+    """The training seeds on a drifting flow (the summary's count, the same at every (model, L)) beside the drifting
+    fraction of torch-default inits."""
+    drifting, n = int(table["n_drifting_flows"].max()), int(table["n_seeds"].max())
     d = classes[classes["flow_class"] == "drifts"].iloc[0]
-    n = len(seeds)
     return (f"drifting $R_\\infty$ flows: {drifting} of {'the ' if n > 1 else ''}{n} training seed{'s' if n > 1 else ''}; "
             f"{int(d['n_flows'])}/{int(d['n_seeds'])} = {100 * d['fraction']:.0f}% "
             f"[{100 * d['fraction_lo']:.0f}, {100 * d['fraction_hi']:.0f}]% of torch-default inits (figure init_dependence)")
@@ -187,7 +188,7 @@ def plot_training_vs_prompt_length(inputs, outputs, params=None, rule="plot_trai
     _excess_panel(axes[1], runs, table)
     _escape_panel(axes[2], runs)
     suptitle(fig, "R6: trained softmax attention approaches linear attention as the prompt grows\n"
-             + _drift_note(runs, classes),
+             + _drift_note(table, classes),
              (params or {}).get("run"), fontsize=10, y=0.995)
     fig.subplots_adjust(top=0.83, bottom=0.26, wspace=0.25)
     save_figure(fig, outputs["pdf"], outputs["png"])
