@@ -112,6 +112,10 @@ rule summarize_beyond_gaussian:
     input:
         train=beyond_gaussian_runs("train"),
         transfer=beyond_gaussian_runs("transfer"),
+        flows=expand(
+            results("beyond_gaussian/{token_measure}/flows.parquet"),
+            token_measure=config["beyond_gaussian"]["token_measures"],
+        ),
     output:
         multiext(
             results("beyond_gaussian/"),

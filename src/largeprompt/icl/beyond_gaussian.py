@@ -72,3 +72,15 @@ def prompt_length_stats(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame
             row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col], level)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def flow_end_scales(flows: pd.DataFrame) -> pd.DataFrame:
+    """One row per token_measure of ``flows`` (the ``beyond_gaussian_flow`` tables): the median attention scale
+    ‖U_xx‖ at the horizon over its converging softmax flows, and how many there are (NaN, 0 without any)."""
+    rows = []
+    for measure, f in flows.groupby("token_measure", sort=False):
+        ends = f[(f["model"] == "softmax") & (f["flow_class"] == "converges")]
+        ends = ends[ends["time"] == ends["time"].max()]
+        rows.append({"token_measure": measure, "n_converging_flows": len(ends),
+                     "flow_end_attention_scale": float(ends["norm_U_xx"].median()) if len(ends) else np.nan})
+    return pd.DataFrame(rows)

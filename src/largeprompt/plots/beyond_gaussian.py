@@ -83,19 +83,18 @@ def _profile_panel(ax, profiles, optima):
     ax.legend(fontsize=7)
 
 
-def _scale_panel(ax, table, flows):
+def _scale_panel(ax, table, optima):
     soft = table[table["model"] == "softmax"]
     for measure, g in soft.groupby("token_measure", sort=False):
         g = g.sort_values("prompt_length")
         ax.errorbar(g["prompt_length"], g["attention_scale_mean"],
                     yerr=[g["attention_scale_mean"] - g["attention_scale_lo"], g["attention_scale_hi"] - g["attention_scale_mean"]],
                     color=COLORS[measure], marker="o", markersize=4, capsize=2, linewidth=1, label=f"{measure}, SGD at $L$")
-        ends = flows[(flows["token_measure"] == measure) & (flows["model"] == "softmax") & (flows["flow_class"] == "converges")]
-        ends = ends[ends["time"] == ends["time"].max()]
-        if len(ends):
-            ax.axhline(ends["norm_U_xx"].median(), color=COLORS[measure], linestyle=":", linewidth=1)
+        end = optima.set_index("token_measure")["flow_end_attention_scale"].get(measure, np.nan)
+        if np.isfinite(end):
+            ax.axhline(end, color=COLORS[measure], linestyle=":", linewidth=1)
     ax.set(xscale="log", xlabel="prompt length $L$", ylabel=r"$\|U_{xx}\|$ at the end (ok softmax runs)")
-    ax.set_title("attention scale at the end of training\n(dotted: the converging $L=\\infty$ flows at $T$)", fontsize=9)
+    ax.set_title("attention scale at the end of training\n(dotted: median of the converging $L=\\infty$ flows at $T$)", fontsize=9)
     ax.legend(fontsize=7)
 
 
@@ -108,7 +107,7 @@ def plot_beyond_gaussian(inputs, outputs, params, rule="plot_beyond_gaussian"):
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
     _transfer_panel(axes[0, 0], gaps, slopes)
     _loss_panel(axes[0, 1], table)
-    _scale_panel(axes[0, 2], table, flows)
+    _scale_panel(axes[0, 2], table, optima)
     _flow_panel(axes[1, 0], flows, float(table["softmax_infimum"].iloc[0]))
     _profile_panel(axes[1, 1], profiles, optima)
     axes[1, 2].axis("off")

@@ -1,13 +1,13 @@
 """Rule ``summarize_beyond_gaussian`` (docs/experiments.md#beyond_gaussian): per token measure, R4 (each transfer run's
 sup-distance to the flow of its own model's limit, the floors and the slope over L), R6 (every run's outcome and
 status, the statistics per L against R(Γ*) and the Bayes risk), and what the limit predicts (softmax's L = ∞ optimum or
-infimum and its profile along the attention scale)."""
+infimum and its profile along the attention scale, beside where its converging flows end)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.beyond_gaussian import measure_task, prompt_length_stats, run_outcomes
+from largeprompt.icl.beyond_gaussian import flow_end_scales, measure_task, prompt_length_stats, run_outcomes
 from largeprompt.icl.bounded_optima import scale_profile, softmax_optimum
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.test_set import load_test_set, reference_risks
@@ -57,6 +57,8 @@ def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_ga
     gaps, fits = transfer_tables(params, pd.concat([read_parquet(p) for p in inputs["transfer"]], ignore_index=True))
     args = (int(section["dim"]), float(section["task_variance"]), float(section["noise_variance"]))
     optima = pd.DataFrame([softmax_optimum(m, *args, PROFILE_SCALES) for m in measures])
+    flows = pd.concat([read_parquet(p) for p in inputs["flows"]], ignore_index=True)
+    optima = optima.merge(flow_end_scales(flows), on="token_measure", how="left")
     profiles = pd.concat([scale_profile(m, *args, PROFILE_SCALES) for m in measures], ignore_index=True)
     for r in table.itertuples():
         print(f"{r.token_measure:10s} {r.model:8s} L={r.prompt_length:5d}: test {r.final_test_loss_mean:.4f} "
