@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from largeprompt.icl.engine.status import StatusRule, final_loss, judge, split_modes
-from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.icl import training_summary as ts
+from largeprompt.icl.engine.status import StatusRule, final_loss, judge, split_modes
 from largeprompt.icl.training_summary import SummarySettings, flow_row, prompt_length_row, run_row
+from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.stages.summarize_training import summarize_training
 from tolerance import assert_within, eps, rounding_tolerance
 

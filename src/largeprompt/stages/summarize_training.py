@@ -5,8 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from largeprompt.icl.task import regression_task
-from largeprompt.icl.training_summary import (SummarySettings, flow_row, prompt_length_table, run_table, summary_line,
-                                              theory_of)
+from largeprompt.icl.training_summary import SummarySettings, flow_row, prompt_length_table, run_table, summary_line, theory_of
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import settings_from
 from largeprompt.io.provenance import provenance
