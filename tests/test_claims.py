@@ -135,3 +135,22 @@ def test_a_table_without_the_column_a_claim_reads_is_not_run():
     tables = _tables(-0.9, 0.01) | {"beyond_gaussian/slopes.parquet": pd.DataFrame({"token_measure": ["uniform"]})}
     rows = _by_id(ledger.evaluate(tables.get))
     assert rows.loc["R4.beyond", "verdict"] == v.NOT_RUN and "no column 'slope'" in rows.loc["R4.beyond", "why"]
+
+
+def test_the_floor_corrected_r4_claim_reads_its_own_fit_where_floors_were_measured():
+    """R4.floor_corrected reads corrected_slope (docs/theory.md#floor-corrected-gap), beside the raw R4 claim, and
+    skips the experiments without measured floors (the reduced model)."""
+    slopes = pd.DataFrame({"experiment": ["full_model", "reduced_model"], "model": ["softmax", "softmax"],
+                           "slope": [-0.83, -0.9], "slope_lo": [-0.86, -1.0], "slope_hi": [-0.80, -0.8],
+                           "corrected_slope": [-0.97, np.nan], "corrected_slope_lo": [-1.02, np.nan],
+                           "corrected_slope_hi": [-0.92, np.nan], "n_corrected_points": [40, 0]})
+    rows = _by_id(ledger.evaluate((_tables(-0.9, 0.01) | {"transfer/trajectory_slopes.parquet": slopes}).get))
+    assert rows.loc["R4/full_model", "verdict"] == v.DISAGREES and rows.loc["R4/full_model", "value"] == -0.83
+    corrected = rows.loc["R4.floor_corrected/full_model"]
+    assert corrected["verdict"] == v.AGREES and corrected["value"] == -0.97 and corrected["ci_low"] == -1.02
+    assert "R4.floor_corrected/reduced_model" not in rows.index and "R4/reduced_model" in rows.index
+    far = slopes.assign(corrected_slope_lo=-0.95)  # an interval that excludes −1
+    assert _by_id(ledger.evaluate((_tables(-0.9, 0.01) | {"transfer/trajectory_slopes.parquet": far}).get)).loc[
+        "R4.floor_corrected/full_model", "verdict"] == v.DISAGREES
+    plain = _by_id(ledger.evaluate(_tables(-0.9, 0.01).get))  # a table written before the corrected fit existed
+    assert plain.loc["R4.floor_corrected", "verdict"] == v.NOT_RUN

@@ -14,7 +14,9 @@ of it do not fall with L:
   with the runs' lr on R∞ against the flow.
 
 ``floor`` is the larger of the two. The slope over L is a least-squares fit of log sup_distance on log L with one
-intercept per seed, over the points whose gap exceeds ``floor_factor`` × their floor.
+intercept per seed, over the points whose gap exceeds ``floor_factor`` × their floor. The floors add to the gap
+rather than vanish above the cut, so ``corrected_distance`` = sup_distance − noise_floor − euler_floor (a lower
+bound of the part that falls with L, docs/theory.md#floor-corrected-gap) is fitted too: ``corrected_slope``.
 """
 from __future__ import annotations
 
@@ -67,10 +69,11 @@ def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: flo
                      "status": "diverged" if (g["status"] == "diverged").any() else "ok"})
     gaps = pd.DataFrame(rows)
     if gaps.empty:
-        return gaps.assign(noise_floor=[], floor=[])
+        return gaps.assign(noise_floor=[], floor=[], corrected_distance=[])
     shared_floor = gaps.groupby(["model", "prompt_length"])["own_noise_floor"].transform("mean")
     gaps["noise_floor"] = gaps["own_noise_floor"].fillna(shared_floor)
     gaps["floor"] = gaps[["noise_floor", "euler_floor"]].max(axis=1, skipna=False)
+    gaps["corrected_distance"] = gaps["sup_distance"] - gaps["noise_floor"] - gaps["euler_floor"]
     return gaps
 
 
@@ -87,7 +90,7 @@ def reduced_gaps(reduced: pd.DataFrame) -> pd.DataFrame:
     reduced = reduced[reduced["prompt_length"] > 0]
     rows = [{"experiment": "reduced_model", "model": "softmax", "prompt_length": int(L), "seed": int(s),
              "sup_distance": float(g["distance_to_flow"].max()), "own_noise_floor": np.nan, "euler_floor": np.nan,
-             "noise_floor": np.nan, "floor": np.nan, "status": "ok"}
+             "noise_floor": np.nan, "floor": np.nan, "corrected_distance": np.nan, "status": "ok"}
             for (L, s), g in reduced.groupby(["prompt_length", "seed"])]
     return pd.DataFrame(rows)
 
@@ -105,11 +108,25 @@ def slopes(gaps: pd.DataFrame, floor_factor: float, by=("experiment", "model")) 
         if above["prompt_length"].nunique() >= 2:
             row.update(loglog_slope_by_group(above["prompt_length"], above["sup_distance"], above["seed"]))
             row.update(fit_line_ends(row))
+        row.update(corrected_fit(above))
         rows.append(row)
         print(f"{' '.join(str(row[k]) for k in by)}: "
               f"{row.get('slope', np.nan):.3f} [{row.get('slope_lo', np.nan):.3f}, {row.get('slope_hi', np.nan):.3f}] "
-              f"over {len(above)}/{len(g)} points above {floor_factor}× floor")
+              f"over {len(above)}/{len(g)} points above {floor_factor}× floor; floor-corrected "
+              f"{row['corrected_slope']:.3f} [{row['corrected_slope_lo']:.3f}, {row['corrected_slope_hi']:.3f}]")
     return pd.DataFrame(rows)
+
+
+def corrected_fit(above: pd.DataFrame) -> dict:
+    """The slope of ``corrected_distance`` over the points above the cut where it is positive (module doc):
+    ``corrected_slope`` with its interval and ``n_corrected_points``; NaN where fewer than 2 lengths remain."""
+    keep = above[above["corrected_distance"] > 0] if "corrected_distance" in above else above.iloc[:0]
+    out = {"corrected_slope": np.nan, "corrected_slope_lo": np.nan, "corrected_slope_hi": np.nan,
+           "n_corrected_points": len(keep)}
+    if keep["prompt_length"].nunique() >= 2:
+        fit = loglog_slope_by_group(keep["prompt_length"], keep["corrected_distance"], keep["seed"])
+        out.update(corrected_slope=fit["slope"], corrected_slope_lo=fit["slope_lo"], corrected_slope_hi=fit["slope_hi"])
+    return out
 
 
 def fit_line_ends(fit: dict) -> dict:

@@ -18,7 +18,10 @@ def _slope_text(fit) -> str:
     if not np.isfinite(fit.get("slope", np.nan)):
         return "no slope (< 2 lengths above the floor)"
     ci = f"[{fit['slope_lo']:.2f}, {fit['slope_hi']:.2f}]" if np.isfinite(fit["slope_lo"]) else "(no CI)"
-    return f"slope {fit['slope']:.2f} {ci}, {int(fit['n_points_above_floor'])}/{int(fit['n_points'])} pts"
+    corrected = fit.get("corrected_slope", np.nan)
+    tail = f"; floors subtracted {corrected:.2f} [{fit['corrected_slope_lo']:.2f}, {fit['corrected_slope_hi']:.2f}]" \
+        if np.isfinite(corrected) else ""
+    return f"slope {fit['slope']:.2f} {ci}, {int(fit['n_points_above_floor'])}/{int(fit['n_points'])} pts{tail}"
 
 
 def _transfer_panel(ax, gaps, slopes):
