@@ -13,6 +13,7 @@ from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, s
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
 OFFSET = {"softmax": 0.96, "linear": 1.04}  # runs of the two models side by side at each L
 TRAPPED_MARKERS = {"no readout": "^", "worse equilibrium": "v"}
+MAX_COUNT_LABELS = 6  # prompt lengths labelled with their ok counts at most; beyond, the title gives the ranges
 
 
 def _band(ax, table, column, color, label):
@@ -87,16 +88,25 @@ def _loss_panel(ax, runs, table, bayes):
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
+def _span(counts) -> str:
+    lo, hi = int(counts.min()), int(counts.max())
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
 def _count_note(ax, table) -> str:
     """ok runs / seeds at the top of the axes, only at the (model, L) where some run is not ok: with 19 prompt
-    lengths (the paper run) a count at every L ran into its neighbours."""
+    lengths (the paper run) a count at every L ran into its neighbours, so beyond MAX_COUNT_LABELS such lengths the
+    title gives each model's range of ok runs instead."""
     partial = table[table["n_ok"] < table["n_seeds"]]
+    seeds = sorted(set(table["n_seeds"].astype(int)))
+    per_l = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per $L$" if len(seeds) == 1 else "seeds per $L$"
+    if partial["prompt_length"].nunique() > MAX_COUNT_LABELS:  # labels at most L would overlap: ranges instead
+        ranges = [f"{m} {_span(g['n_ok'])}" for m, g in table.groupby("model", sort=False)]
+        return f"ok runs / {per_l}: " + ", ".join(ranges)
     for r in partial.itertuples():
         ax.annotate(f"{int(r.n_ok)}/{int(r.n_seeds)}", (r.prompt_length, ax.get_ylim()[1]), fontsize=6,
                     color=COLORS[r.model], ha="center", va="bottom", xytext=(0, 2 if r.model == "softmax" else 9),
                     textcoords="offset points", annotation_clip=False)
-    seeds = sorted(set(table["n_seeds"].astype(int)))
-    per_l = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per $L$" if len(seeds) == 1 else "seeds per $L$"
     if partial.empty:
         return f"every run ok ({per_l})"
     return f"at the top: ok runs / {per_l} where not every run is ok"
