@@ -112,10 +112,7 @@ rule summarize_beyond_gaussian:
     input:
         train=beyond_gaussian_runs("train"),
         transfer=beyond_gaussian_runs("transfer"),
-        flows=expand(
-            results("beyond_gaussian/{token_measure}/flows.parquet"),
-            token_measure=config["beyond_gaussian"]["token_measures"],
-        ),
+        flows=beyond_gaussian_flows(),
     output:
         multiext(
             results("beyond_gaussian/"),

@@ -174,6 +174,16 @@ def transfer_files():
     ]
 
 
+def beyond_gaussian_flows(with_gaussian=False):
+    """The L = ∞ flow file of every token measure of section beyond_gaussian (and gaussian's, which holds linear
+    attention's flows, if ``with_gaussian``)."""
+    measures = config["beyond_gaussian"]["token_measures"]
+    return expand(
+        results("beyond_gaussian/{token_measure}/flows.parquet"),
+        token_measure={"gaussian", *measures} if with_gaussian else measures,
+    )
+
+
 def beyond_gaussian_runs(kind):
     """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
     section = config["beyond_gaussian"]
@@ -255,8 +265,5 @@ def result_files(rules):
         + error_jobs()
         + beyond_gaussian_runs("train")
         + beyond_gaussian_runs("transfer")
-        + expand(
-            results("beyond_gaussian/{token_measure}/flows.parquet"),
-            token_measure={"gaussian", *config["beyond_gaussian"]["token_measures"]},
-        )
+        + beyond_gaussian_flows(with_gaussian=True)
     )

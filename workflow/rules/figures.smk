@@ -297,10 +297,7 @@ rule plot_beyond_gaussian:
             t: results(f"beyond_gaussian/{t}.parquet")
             for t in ("prompt_lengths", "gaps", "slopes", "optima", "scale_profiles")
         },
-        flows=expand(
-            results("beyond_gaussian/{token_measure}/flows.parquet"),
-            token_measure=config["beyond_gaussian"]["token_measures"],
-        ),
+        flows=beyond_gaussian_flows(),
     output:
         pdf=figures("beyond_gaussian.pdf"),
         png=report(

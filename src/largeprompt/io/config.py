@@ -200,8 +200,9 @@ def migrate_deprecated(config: dict, warn=None) -> bool:
     """Move the keys this release renamed to their new place, in place, with one deprecation message per move naming
     the new keys (``warn``, default: printed to stderr); returns whether anything moved."""
     messages = _migrate_bounds(config) + _migrate_renamed(config)
+    warn = warn or (lambda line: print(f"WARNING: {line}", file=sys.stderr))
     for text in messages:
-        (warn or (lambda line: print(f"WARNING: {line}", file=sys.stderr)))(text)
+        warn(text)
     return bool(messages)
 
 

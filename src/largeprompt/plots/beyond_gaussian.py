@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.plots.style import REFERENCE_STYLE, apply_style, layout, save_figure, suptitle
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, corrected_slope_text, layout, save_figure, suptitle
 
 COLORS = {"gaussian": "tab:blue", "rademacher": "tab:orange", "uniform": "tab:green"}
 MARKERS = {"softmax": "o", "linear": "s"}
@@ -18,10 +18,8 @@ def _slope_text(fit) -> str:
     if not np.isfinite(fit.get("slope", np.nan)):
         return "no slope (< 2 lengths above the floor)"
     ci = f"[{fit['slope_lo']:.2f}, {fit['slope_hi']:.2f}]" if np.isfinite(fit["slope_lo"]) else "(no CI)"
-    corrected = fit.get("corrected_slope", np.nan)
-    tail = f"; floors subtracted {corrected:.2f} [{fit['corrected_slope_lo']:.2f}, {fit['corrected_slope_hi']:.2f}]" \
-        if np.isfinite(corrected) else ""
-    return f"slope {fit['slope']:.2f} {ci}, {int(fit['n_points_above_floor'])}/{int(fit['n_points'])} pts{tail}"
+    return (f"slope {fit['slope']:.2f} {ci}, {int(fit['n_points_above_floor'])}/{int(fit['n_points'])} pts"
+            + corrected_slope_text(fit))
 
 
 def _transfer_panel(ax, gaps, slopes):
@@ -87,13 +85,13 @@ def _profile_panel(ax, profiles, optima):
 
 
 def _scale_panel(ax, table, optima):
-    soft = table[table["model"] == "softmax"]
+    soft, flow_end = table[table["model"] == "softmax"], optima.set_index("token_measure")["flow_end_attention_scale"]
     for measure, g in soft.groupby("token_measure", sort=False):
         g = g.sort_values("prompt_length")
         ax.errorbar(g["prompt_length"], g["attention_scale_mean"],
                     yerr=[g["attention_scale_mean"] - g["attention_scale_lo"], g["attention_scale_hi"] - g["attention_scale_mean"]],
                     color=COLORS[measure], marker="o", markersize=4, capsize=2, linewidth=1, label=f"{measure}, SGD at $L$")
-        end = optima.set_index("token_measure")["flow_end_attention_scale"].get(measure, np.nan)
+        end = flow_end.get(measure, np.nan)
         if np.isfinite(end):
             ax.axhline(end, color=COLORS[measure], linestyle=":", linewidth=1)
     ax.set(xscale="log", xlabel="prompt length $L$", ylabel=r"$\|U_{xx}\|$ at the end (ok softmax runs)")

@@ -88,3 +88,11 @@ def save_figure(fig, pdf_path: str | Path, png_path: str | Path) -> None:
     fig.savefig(pdf_path, metadata=figure_provenance.pdf_metadata(record))
     fig.savefig(png_path, metadata=figure_provenance.png_metadata(record))
     plt.close(fig)
+
+
+def corrected_slope_text(fit) -> str:
+    """"; floors subtracted: s [lo, hi]" of a slopes row (docs/theory.md#floor-corrected-gap), or "" where it has no
+    floor-corrected fit."""
+    if not math.isfinite(float(fit.get("corrected_slope", math.nan))):
+        return ""
+    return f"; floors subtracted: {fit['corrected_slope']:.2f} [{fit['corrected_slope_lo']:.2f}, {fit['corrected_slope_hi']:.2f}]"

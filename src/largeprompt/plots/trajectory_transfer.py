@@ -8,7 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.plots.style import REFERENCE_STYLE, apply_style, corrected_slope_text, save_figure, suptitle
 
 EXPERIMENTS = {
     ("reduced_model", "softmax"): ("reduced $(v, A)$ softmax model", "tab:purple", "o"),
@@ -54,14 +54,7 @@ def _fit_label(label, fit) -> str:
         return label + ": no slope (fewer than 2 lengths above the floor)"
     f = fit.iloc[0]
     ci = f"[{f['slope_lo']:.2f}, {f['slope_hi']:.2f}]" if np.isfinite(f["slope_lo"]) else "(no CI)"
-    return f"{label}: slope {f['slope']:.2f} {ci} over {int(f['n_fitted'])}/{int(f['n_points'])} points" + _corrected(f)
-
-
-def _corrected(fit) -> str:
-    """The floor-corrected slope of the same points (docs/theory.md#floor-corrected-gap), where floors were measured."""
-    if not np.isfinite(fit.get("corrected_slope", np.nan)):
-        return ""
-    return f"; floors subtracted: {fit['corrected_slope']:.2f} [{fit['corrected_slope_lo']:.2f}, {fit['corrected_slope_hi']:.2f}]"
+    return f"{label}: slope {f['slope']:.2f} {ci} over {int(f['n_fitted'])}/{int(f['n_points'])} points" + corrected_slope_text(f)
 
 
 def _spaced(lengths, ratio: float = 1.4) -> list:
