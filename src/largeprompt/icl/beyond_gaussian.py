@@ -17,15 +17,24 @@ from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.engine.status import StatusRule, judge, run_outcome
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import RegressionTask
+from largeprompt.icl.test_set import test_set_frame
 from largeprompt.maths.rates import t_interval
 
 QUADRATURE_CHECKS = 5  # flow times at which the quadrature error is measured against the refined rule
+TEST_STREAM = "beyond_gaussian/test"  # test prompts of measure m: stream (seed, "beyond_gaussian/test/<m>", 0)
 
 
 def measure_task(section: dict, measure: str) -> RegressionTask:
     """The task of config section ``beyond_gaussian`` with covariates of ``measure``: Λ = I in ``dim`` dimensions."""
     d = int(section["dim"])
     return RegressionTask(torch.eye(d, dtype=torch.float64), section["task_variance"], section["noise_variance"], measure)
+
+
+def measure_test_set(params, task, max_prompt_length: int):
+    """The held-out prompts of this measure at ``max_prompt_length`` (shorter L read prefixes)."""
+    section = params["beyond_gaussian"]
+    return test_set_frame(task, int(section["n_test"]), max_prompt_length, int(params["seed"]),
+                          stream=f"{TEST_STREAM}/{task.token_measure}")
 
 
 def flow_rows(task: RegressionTask, model: str, seed: int, base_seed: int, times, tol: dict,

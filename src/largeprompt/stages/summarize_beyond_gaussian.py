@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.beyond_gaussian import flow_end_scales, measure_task, prompt_length_stats, run_outcomes
+from largeprompt.icl.beyond_gaussian import flow_end_scales, measure_task, measure_test_set, prompt_length_stats, run_outcomes
 from largeprompt.icl.bounded_optima import scale_profile, softmax_optimum
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.test_set import load_test_set, reference_risks
 from largeprompt.icl.transfer_gaps import full_model_gaps, slopes, with_floor_threshold
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.provenance import provenance
-from largeprompt.stages.train_beyond_gaussian import measure_test_set
 
 PROFILE_SCALES = np.geomspace(0.01, 3.0, 61)  # attention scales c of the L = ∞ profile
 

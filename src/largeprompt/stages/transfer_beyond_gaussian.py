@@ -3,10 +3,10 @@ section ``transfer`` (constant small lr, large batch, float64, a replicate seed 
 covariates of one measure, at the budget of ``beyond_gaussian.transfer``."""
 from __future__ import annotations
 
-from largeprompt.icl.beyond_gaussian import measure_task
+from largeprompt.icl.beyond_gaussian import measure_task, measure_test_set
 from largeprompt.icl.engine.protocol import TrainSettings, transfer_section
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
-from largeprompt.stages.train_beyond_gaussian import measure_test_set, train_measure_runs
+from largeprompt.stages.measure_training import train_measure_runs
 
 
 def transfer_beyond_gaussian(inputs, outputs, params, rule="transfer_beyond_gaussian", runtime=DEFAULT_RUNTIME):
