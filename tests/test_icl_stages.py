@@ -37,7 +37,7 @@ TRAIN = {"models": ["softmax", "linear"], "prompt_lengths": [5, 30], "seeds": [0
          "decay_start": 0.5, "decay_end": 0.7, "final_lr": 0.1, "n_log": 4, "divergence_threshold": 1e4,
          "fatal_divergence": False, "dtype": "float32",
          "trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,
-         "convergence_window": 0.2, "mode_gap_factor": 2.0}
+         "convergence_window": 0.2, "mode_gap_factor": 2.0, "unconverged_change": 0.05}
 TRAIN_RUNS = ("models", "seeds", "replicate_seeds", "batch_size", "lr", "step_size_rule", "stability_fraction",
               "horizon", "decay_start", "decay_end", "final_lr", "n_log", "divergence_threshold", "fatal_divergence",
               "dtype")
@@ -208,7 +208,8 @@ def summarize(root):
               "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]], "bayes_risk": root / "bayes.parquet"}
     outputs = {"runs": root / "summary.parquet", "prompt_lengths": root / "prompt_length_summary.parquet"}
     params = {"icl": ICL_TASK, "train": {k: TRAIN[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction",
-                                                                 "convergence_window", "mode_gap_factor")}}
+                                                                 "convergence_window", "mode_gap_factor",
+                                                                 "unconverged_change")}}
     summarize_training(inputs, outputs, params)
     return read_parquet(outputs["runs"]), read_parquet(outputs["prompt_lengths"])
 

@@ -9,14 +9,14 @@ import pytest
 from scipy import stats
 
 from largeprompt.icl import training_summary as ts
-from largeprompt.icl.engine.status import StatusRule, final_loss, judge, split_modes
+from largeprompt.icl.engine.status import StatusRule, final_change, final_loss, judge, split_modes, status_rule
 from largeprompt.icl.training_summary import SummarySettings, flow_row, prompt_length_row, run_row
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.stages.summarize_training import summarize_training
 from tolerance import assert_within, eps, rounding_tolerance
 
 CFG = SummarySettings(trapped_loss_ratio={"softmax": 1.25, "linear": 1.1}, trapped_readout_fraction=0.1,
-                      convergence_window=0.2, mode_gap_factor=2.0)
+                      convergence_window=0.2, mode_gap_factor=2.0, unconverged_change=0.05)
 RULE = StatusRule(loss_ratio=1.25, readout_fraction=0.1)
 TIMES = np.arange(21) / 2  # 0, 0.5, …, 10: exact binary fractions, so window edges compare exactly
 
@@ -47,6 +47,45 @@ def test_final_loss_averages_the_last_tenth_of_the_run():
     # a run cut short (a drifting run's step cap) is judged over the last tenth of its own time
     assert_within(final_loss(TIMES[:11], loss[:11]), loss[(TIMES >= 4.5) & (TIMES <= 5.0)].mean(),
                   rounding_tolerance(4, 1.0), "short run")
+
+
+def test_final_change_compares_the_last_twentieth_with_the_start_of_the_window():
+    loss = 2.0 - 0.1 * TIMES  # twentieths of the horizon 10 are 0.5 wide: [9.5, 10] and [8, 8.5]
+    end, start = 2.0 - 0.1 * 9.75, 2.0 - 0.1 * 8.25
+    assert_within(final_change(TIMES, loss), abs(end - start) / end, rounding_tolerance(8, 2.0), "final_change")
+    assert final_change(TIMES, np.full(len(TIMES), 0.3)) == 0.0  # a run at rest
+    # a run cut short is judged on its own time: windows [4.75, 5] and [4, 4.25] of horizon 5
+    short = final_change(TIMES[:11], loss[:11])
+    end, start = loss[(TIMES >= 4.75) & (TIMES <= 5.0)].mean(), loss[(TIMES >= 4.0) & (TIMES <= 4.25)].mean()
+    assert_within(short, abs(end - start) / end, rounding_tolerance(8, 2.0), "short run")
+
+
+def test_a_run_still_moving_at_the_end_is_unconverged_not_ok():
+    rule = StatusRule(loss_ratio=1.25, readout_fraction=0.1, unconverged_change=0.05)
+    table = runs([0.20, 0.22, 0.23, 0.9, 5.0], diverged=(4,)).assign(final_change=[0.01, 0.3, 0.049, 0.4, np.nan])
+    got = judge(table, rule)
+    # a trapped run that still moves stays trapped; a diverged one stays diverged; 0.049 is under the threshold
+    assert list(got["status"]) == ["ok", "unconverged", "ok", "trapped", "diverged"]
+    assert got["trap_reason"].iloc[1] is None
+    assert list(judge(table.drop(columns="final_change"), rule)["status"]) == ["ok", "ok", "ok", "trapped", "diverged"]
+    assert list(judge(table, RULE)["status"]) == ["ok", "ok", "ok", "trapped", "diverged"]  # no threshold: never
+    train = {"trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1}
+    assert status_rule(train, "linear") == StatusRule(1.1, 0.1)
+    assert status_rule(dict(train, unconverged_change=0.05), "softmax") == rule
+
+
+def test_the_summary_counts_unconverged_runs_and_leaves_them_out_of_the_mean():
+    cfg = CFG
+    levels = [1.0, 1.02, 1.04]
+    moving = trajectory(seed=3, test_loss=1.4 - 0.05 * TIMES)  # ends near 0.9, moving 8% over the last fifth
+    traj = pd.concat([seeds_frame(levels, 0.0), moving], ignore_index=True)
+    table = pd.DataFrame([run_row(g, 0.6) for _, g in traj.groupby(["model", "seed", "stream"])])
+    table = table.join(judge(table, ts.status_rule(cfg, "softmax"))).assign(flow_class="converges", bayes_risk=0.3)
+    table = table.assign(excess_risk=table["final_test_loss"] - 0.3, scaled_excess_risk=50 * (table["final_test_loss"] - 0.3))
+    assert table.set_index("seed").loc[3, "status"] == "unconverged"
+    row = prompt_length_row(table, traj, bayes_row(), PREDICTIONS, cfg)
+    assert (row["n_ok"], row["n_unconverged"], row["n_trapped"]) == (3, 1, 0)
+    assert_within(row["final_test_loss_mean"], np.mean(levels), rounding_tolerance(8, 1.1), "mean over ok runs only")
 
 
 def runs(finals, readouts=None, diverged=()):
@@ -213,7 +252,7 @@ def test_summarize_training_judges_outcomes_and_records_the_flow_class(tmp_path)
     write_parquet(bayes, tmp_path / "bayes.parquet", prov)
     icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
     train = {"trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,
-             "convergence_window": 0.2, "mode_gap_factor": 2.0}
+             "convergence_window": 0.2, "mode_gap_factor": 2.0, "unconverged_change": 0.05}
     summarize_training({"trajectories": paths, "flows": [tmp_path / "flow0.parquet", tmp_path / "flow1.parquet"],
                            "bayes_risk": tmp_path / "bayes.parquet"},
                           {"runs": tmp_path / "runs.parquet", "prompt_lengths": tmp_path / "table.parquet"},

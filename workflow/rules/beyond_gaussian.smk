@@ -148,6 +148,7 @@ rule summarize_beyond_gaussian:
             "transfer.floor_factor",
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
+            "train.unconverged_change",
         ),
     script:
         "../scripts/summarize_beyond_gaussian.py"

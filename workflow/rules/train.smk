@@ -62,6 +62,7 @@ rule summarize_training:
             *ICL_TASK,
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
+            "train.unconverged_change",
             "train.convergence_window",
             "train.mode_gap_factor",
         ),

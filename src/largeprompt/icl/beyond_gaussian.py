@@ -14,7 +14,7 @@ import torch
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
 from largeprompt.icl.dynamics import flow_table, full_model_flow
 from largeprompt.icl.engine.runs import initial_parameters
-from largeprompt.icl.engine.status import StatusRule, judge, run_outcome
+from largeprompt.icl.engine.status import judge, run_outcome, status_rule
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import RegressionTask
 from largeprompt.icl.test_set import test_set_frame
@@ -58,14 +58,13 @@ def flow_rows(task: RegressionTask, model: str, seed: int, base_seed: int, times
 def run_outcomes(trajectories: pd.DataFrame, rule: dict, linear_optimum: dict) -> pd.DataFrame:
     """One row per R6 run: final test loss and R∞ (mean over the last tenth of its time), the attention scale
     ‖U_xx‖ and value weight u_y at its end, and its status within its (token_measure, model, L) by the §6 status rule
-    (``rule``: config ``train.trapped_*``; ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
+    (``rule``: config ``train.trapped_*`` and ``train.unconverged_change``; ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
     keys = ("token_measure", "model", "prompt_length", "seed", "stream", "time", "norm_U_xx", "u_y", "stability_margin")
     runs = pd.DataFrame([run_outcome(g, keys) for _, g in trajectories.groupby(list(keys[:5]))])
     runs = runs.rename(columns={"norm_U_xx": "attention_scale"})
     parts = []
     for (measure, model, L), g in runs.groupby(["token_measure", "model", "prompt_length"]):
-        status = StatusRule(float(rule["trapped_loss_ratio"][model]), float(rule["trapped_readout_fraction"]))
-        parts.append(g.join(judge(g, status, linear_optimum[(measure, L)] if model == "linear" else np.inf)))
+        parts.append(g.join(judge(g, status_rule(rule, model), linear_optimum[(measure, L)] if model == "linear" else np.inf)))
     return pd.concat(parts).sort_index()
 
 
@@ -76,6 +75,7 @@ def prompt_length_stats(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame
     for (measure, model, L), g in runs[runs["stream"] == 0].groupby(["token_measure", "model", "prompt_length"]):
         ok = g[g["status"] == "ok"]
         row = {"token_measure": measure, "model": model, "prompt_length": int(L), "n_seeds": len(g), "n_ok": len(ok),
+               "n_unconverged": int((g["status"] == "unconverged").sum()),
                "n_trapped": int((g["status"] == "trapped").sum()), "n_diverged": int((g["status"] == "diverged").sum())}
         for col in ("final_test_loss", "attention_scale"):
             row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col], level)

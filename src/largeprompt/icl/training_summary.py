@@ -28,10 +28,11 @@ class SummarySettings:
     trapped_readout_fraction: float
     convergence_window: float
     mode_gap_factor: float
+    unconverged_change: float
 
 
 def status_rule(cfg, model: str) -> StatusRule:
-    return StatusRule(float(cfg.trapped_loss_ratio[model]), float(cfg.trapped_readout_fraction))
+    return StatusRule(float(cfg.trapped_loss_ratio[model]), float(cfg.trapped_readout_fraction), float(cfg.unconverged_change))
 
 
 def flow_row(flow: pd.DataFrame, noise_variance: float) -> dict:
@@ -46,9 +47,9 @@ def flow_row(flow: pd.DataFrame, noise_variance: float) -> dict:
             "flow_sharpness_growth": float(last["sharpness"] / half["sharpness"])}
 
 
-def run_row(run: pd.DataFrame, plateau: float) -> dict:
-    """Final values and escape time of one run (its trajectory rows)."""
-    row = run_outcome(run, ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin"))
+def run_row(run: pd.DataFrame, plateau: float, window: float = 0.2) -> dict:
+    """Final values, end change over ``window`` and escape time of one run (its trajectory rows)."""
+    row = run_outcome(run, ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin"), window)
     run = run.sort_values("step")
     row["escape_time"] = escape_time(run["time"], run["infinite_prompt_risk"], plateau)
     return row
@@ -100,6 +101,7 @@ def prompt_length_row(runs: pd.DataFrame, trajectories: pd.DataFrame, bayes: pd.
     ok = shared[shared["status"] == "ok"]
     model, L = runs["model"].iloc[0], int(runs["prompt_length"].iloc[0])
     row = {"model": model, "prompt_length": L, "n_seeds": len(shared), "n_ok": len(ok),
+           "n_unconverged": int((shared["status"] == "unconverged").sum()),
            "n_trapped": int((shared["status"] == "trapped").sum()), "n_diverged": int((shared["status"] == "diverged").sum()),
            "n_drifting_flows": int((shared["flow_class"] == "drifts").sum()),
            **trap_counts(shared),
@@ -161,7 +163,7 @@ def run_table(trajectories: pd.DataFrame, flows: pd.DataFrame, bayes: pd.DataFra
               noise_variance: float) -> pd.DataFrame:
     """One row per run: final values, status (judged per (model, L)) and its flow's class."""
     plateau = {int(f.seed): plateau_threshold(f.flow_start_risk, noise_variance) for f in flows.itertuples()}
-    runs = pd.DataFrame([run_row(g, plateau[int(seed)])
+    runs = pd.DataFrame([run_row(g, plateau[int(seed)], cfg.convergence_window)
                          for (_, _, seed, _), g in trajectories.groupby(["model", "prompt_length", "seed", "stream"])])
     runs = pd.concat([judge_prompt_length(g, cfg, float(bayes.loc[L, "optimal_linear_attention_test_risk"]))
                       for L, g in runs.groupby("prompt_length")]).sort_index()
@@ -197,5 +199,5 @@ def summary_line(r) -> str:
         if r.n_modes == 2 else ""
     return (f"{r.model:8s} L={r.prompt_length:5d}: test {r.final_test_loss_mean:.4f} "
             f"[{r.final_test_loss_lo:.4f}, {r.final_test_loss_hi:.4f}] (±{100 * r.ci_half_width_fraction:.1f}%) "
-            f"ok {r.n_ok}/{r.n_seeds} trapped {r.n_trapped} diverged {r.n_diverged}{modes} "
+            f"ok {r.n_ok}/{r.n_seeds} unconverged {r.n_unconverged} trapped {r.n_trapped} diverged {r.n_diverged}{modes} "
             f"change {r.seed_mean_change:.4f} R(Γ*) test {r.optimal_linear_attention_test_risk:.4f}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import StatusRule, final_loss, judge, readout
+from largeprompt.icl.engine.status import final_change, final_loss, judge, readout, status_rule
 from largeprompt.icl.test_set import linear_optimum_errors, load_test_set
 
 
@@ -14,17 +14,20 @@ def report_runs(frame: pd.DataFrame, flow_classes: dict[int, str], rule: dict | 
     None for no verdict), what the summary will call it, with the class of its seed's flow."""
     runs = pd.DataFrame([{"model": m, "seed": s, "stream": j, "time": g["time"].iloc[-1], "step": g["step"].iloc[-1],
                           "final_test_loss": final_loss(g["time"], g["test_loss"]),
+                          "final_change": final_change(g["time"], g["test_loss"]),
                           "readout": float(readout(g["u_y"].iloc[-1], g["norm_U_xx"].iloc[-1])),
                           "diverged": bool((g["status"] == "diverged").any())}
                          for (m, s, j), g in frame.groupby(["model", "seed", "stream"])])
     if rule is not None and flow_classes:
         floor = float(linear_optimum_errors(task, load_test_set(test_frame, L), L).mean())  # R(Γ*), as the summary
-        runs = pd.concat([g.join(judge(g, StatusRule(float(rule["trapped_loss_ratio"][m]), float(rule["trapped_readout_fraction"])),
+        runs = pd.concat([g.join(judge(g, status_rule(rule, m),
                                        floor if m == "linear" else np.inf)) for m, g in runs.groupby("model")])
     for r in runs.itertuples():
         verdict = "diverged" if r.diverged else getattr(r, "status", "")
         if getattr(r, "trap_reason", None):
             verdict = f"counted as trapped ({r.trap_reason}: {r.final_test_loss / r.reference_loss:.2f} × the reference)"
+        elif verdict == "unconverged":
+            verdict = f"counted as unconverged (its test loss moved {100 * r.final_change:.1f}% over the last fifth)"
         kind = f"; its flow {flow_classes[r.seed]}" if r.seed in flow_classes else ""
         print(f"{r.model:8s} seed={r.seed} stream={r.stream}: t={r.time:.4g} step {r.step} final test {r.final_test_loss:.5f}"
               f" {verdict}{kind}")

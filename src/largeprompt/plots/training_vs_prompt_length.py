@@ -25,13 +25,17 @@ def _band(ax, table, column, color, label):
 
 
 def _runs(ax, runs, table, column, model):
-    """ok runs as dots, trapped runs as open triangles (one marker per reason, with the summary's counts of those on
-    a drifting flow), diverged as crosses at the top."""
+    """ok runs as dots, unconverged runs as open diamonds, trapped runs as open triangles (one marker per reason, with
+    the summary's counts of those on a drifting flow), diverged as crosses at the top."""
     color, shared, counts = COLORS[model], runs[runs["stream"] == 0], table[table["model"] == model]
     ok = shared[shared["status"] == "ok"]
     if len(ok):
         ax.scatter(ok["prompt_length"] * OFFSET[model], ok[column], s=10, color=color, alpha=0.6, linewidth=0,
                    label=f"{model}: ok runs ({len(ok)})")
+    moving = shared[shared["status"] == "unconverged"]
+    if len(moving):
+        ax.scatter(moving["prompt_length"] * OFFSET[model], moving[column], s=26, marker="D", facecolors="none",
+                   edgecolors=color, linewidth=0.9, label=f"{model}: unconverged, still moving at T ({len(moving)}; not averaged)")
     for reason, marker in TRAPPED_MARKERS.items():
         trapped = shared[(shared["status"] == "trapped") & (shared["trap_reason"] == reason)]
         if len(trapped):
@@ -159,7 +163,7 @@ def _escape_panel(ax, runs):
     shared = runs[(runs["stream"] == 0) & (runs["status"] != "diverged") & runs["escape_time"].notna()]
     for model, color in COLORS.items():
         r = shared[shared["model"] == model]
-        for status, marker, fill in (("ok", "o", color), ("trapped", "v", "none")):
+        for status, marker, fill in (("ok", "o", color), ("unconverged", "D", "none"), ("trapped", "v", "none")):
             g = r[r["status"] == status]
             if len(g):
                 ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time_ratio"], s=14,
