@@ -84,8 +84,50 @@ def test_single_seed_page_puts_the_reference_seed_against_the_other_seeds(tmp_pa
     assert "| softmax | 1000 |" in (tmp_path / "single-seed.md").read_text()
 
 
+def test_single_seed_page_compares_over_each_runs_own_linear_optimum(tmp_path):
+    """Another test set moves every final loss by 3% and R(Γ*) with it: the raw losses fall outside the interval,
+    their ratio to each run's own R(Γ*) does not."""
+    reference = REPO / "docs" / "paper-run" / "single-seed"
+    single, optimum = read_parquet(reference / "training_runs.parquet"), read_parquet(reference / "training_prompt_lengths.parquet")
+    offsets = np.array([-0.002, -0.001, 0.0, 0.001, 0.002])
+    many = pd.concat([single] + [single.assign(seed=s, final_test_loss=single["final_test_loss"] * (1 + o))
+                                 for s, o in enumerate(offsets)], ignore_index=True)
+    many["final_test_loss"] *= 1.03
+    tables = tmp_path / "tables"
+    write_parquet(many, tables / "train" / "training_runs.parquet", {"rule": "t"})
+    pairs = len(single.groupby(["model", "prompt_length"]))
+    write_parquet(optimum.assign(optimal_linear_attention_test_risk=optimum["optimal_linear_attention_test_risk"] * 1.03),
+                  tables / "train" / "training_prompt_lengths.parquet", {"rule": "t"})
+    assert publish_single_seed(tables, reference, tmp_path / "s.md").endswith(f"at {pairs} of {pairs} (model, L)")
+    assert "over R(Γ*)" in (tmp_path / "s.md").read_text()
+    (tables / "train" / "training_prompt_lengths.parquet").unlink()  # raw losses: 3% off, outside every interval
+    assert publish_single_seed(tables, reference, tmp_path / "s.md").endswith(f"at 0 of {pairs} (model, L)")
+
+
 def test_busy_time_is_the_union_of_the_job_intervals():
     """A run in two sittings: overlapping jobs count once, the idle gap between sittings not at all."""
     assert busy_seconds([0, 5, 3, 100], [10, 8, 12, 110]) == 22.0
     assert busy_seconds([], []) == 0.0
     assert busy_seconds([0, 0], [5, 5]) == 5.0
+
+
+def test_publish_leaves_out_per_run_trajectories_and_takes_the_runs_own_ledger(tmp_path):
+    from largeprompt.ledger.claims import evaluate
+    results = tmp_path / "results" / "r"
+    write_parquet(pd.DataFrame({"x": [1.0]}), results / "train" / "L10.parquet", {"rule": "train", "git_commit": "abc"})
+    write_parquet(pd.DataFrame({"x": [1.0]}), results / "train" / "training_runs.parquet",
+                  {"rule": "summarize_training", "git_commit": "abc"})
+    ledger = evaluate(lambda name: None)  # every claim `not run` without tables …
+    ledger.loc[0, "verdict"] = "agrees"  # … but the run's own ledger (rule evaluate_claims) says otherwise
+    write_parquet(ledger, results / "claims" / "claims.parquet", {"rule": "evaluate_claims", "git_commit": "abc"})
+    (tmp_path / "figures" / "r").mkdir(parents=True)
+    _benchmark(tmp_path / "benchmarks" / "r" / "bayes_risk.tsv", 1.0, 1.0, 1.0)
+    out = tmp_path / "out"
+    publish("r", out, root=tmp_path)
+    assert (out / "tables" / "train" / "training_runs.parquet").exists()
+    assert not (out / "tables" / "train" / "L10.parquet").exists()
+    text = (out / "claims.md").read_text()
+    assert "1 agrees" in text and "the run's ledger" in text
+    (results / "claims" / "claims.parquet").unlink()
+    publish("r", out, root=tmp_path)
+    assert "agrees" not in (out / "claims.md").read_text().split("\n")[2]  # evaluated on the published tables instead

@@ -27,6 +27,7 @@ from largeprompt.reading import format_ledger, markdown
 
 MAX_PNG_BYTES = 400_000
 MAX_TABLE_BYTES = 5_000_000
+TRAJECTORY_RULES = ("train", "train_beyond_gaussian")  # per-run trajectories (≈ 3 MB a job at paper scale): their summaries are published
 
 
 def small_png(source: Path, limit: int = MAX_PNG_BYTES) -> bytes:
@@ -54,12 +55,13 @@ def publish_figures(figures: Path, out: Path) -> list[str]:
 
 
 def publish_tables(results: Path, out: Path, limit: int = MAX_TABLE_BYTES) -> list[Path]:
-    """Copy every Parquet file under ``results`` smaller than ``limit`` bytes (checkpoints aside) into ``out``,
-    keeping the folder layout; their paths relative to ``out``."""
+    """Copy every Parquet file under ``results`` smaller than ``limit`` bytes (checkpoints and the per-run
+    trajectories of TRAJECTORY_RULES aside) into ``out``, keeping the folder layout; their paths relative to ``out``."""
     copied = []
     for path in sorted(results.rglob("*.parquet")):
         rel = path.relative_to(results)
-        if "checkpoints" in rel.parts or path.stat().st_size >= limit:
+        if "checkpoints" in rel.parts or path.stat().st_size >= limit \
+                or read_provenance(path).get("rule") in TRAJECTORY_RULES:
             continue
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, out / rel)
@@ -120,31 +122,50 @@ def times_page(run: str, table: pd.DataFrame, jobs: pd.DataFrame, commits: list[
     return "\n".join(lines) + "\n"
 
 
-def publish_claims(run: str, tables: Path, target: Path) -> None:
-    """claims.md: the ledger of the run (docs/experiments.md#claims) evaluated on its published tables."""
+def publish_claims(run: str, tables: Path, target: Path, ledger_file: Path | None = None) -> None:
+    """claims.md: the ledger of the run (docs/experiments.md#claims): the run's own ``claims/claims.parquet`` where it
+    has one (evaluated on every table, published or not), else evaluated on its published tables."""
     def read(name):
         path = tables / name
         return read_parquet(path) if path.is_file() else None
-    ledger = evaluate(read)
+    own = ledger_file is not None and ledger_file.is_file()
+    ledger = read_parquet(ledger_file) if own else evaluate(read)
     counts = ", ".join(f"{n} {verdict}" for verdict, n in ledger["verdict"].value_counts().items())
-    target.write_text(f"# Claims of run `{run}`\n\n{len(ledger)} rows: {counts}. Evaluated by `largeprompt.ledger.claims` "
-                      "on the published tables (`tables/`); a claim whose table is too large to publish is `not run` "
-                      "here. The rules: [docs/experiments.md#claims](../experiments.md#claims).\n\n"
-                      + format_ledger(ledger, "markdown") + "\n")
+    source = ("the run's ledger (`tables/claims/claims.parquet`, rule `evaluate_claims`, on every table of the run, "
+              "published or not)" if own else "`largeprompt.ledger.claims` on the published tables (`tables/`); a claim "
+              "whose table is too large to publish is `not run` here")
+    target.write_text(f"# Claims of run `{run}`\n\n{len(ledger)} rows: {counts}. From {source}. The rules: "
+                      "[docs/experiments.md#claims](../experiments.md#claims).\n\n" + format_ledger(ledger, "markdown") + "\n")
+
+
+def over_linear_optimum(runs: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``runs`` with column final_over_optimum: final test MSE over R(Γ*) on the run's own test set (from
+    ``folder``/training_prompt_lengths.parquet), a quantity that does not depend on which test prompts were drawn."""
+    optimum = read_parquet(folder / "training_prompt_lengths.parquet").set_index(["model", "prompt_length"])
+    optimum = optimum["optimal_linear_attention_test_risk"]
+    keys = pd.MultiIndex.from_frame(runs[["model", "prompt_length"]])
+    return runs.assign(final_over_optimum=runs["final_test_loss"].to_numpy() / optimum.reindex(keys).to_numpy())
 
 
 def publish_single_seed(tables: Path, reference: Path, target: Path, seed: int = 327) -> str:
     """single-seed.md: seed ``seed`` of an earlier single-seed run (``reference``/training_runs.parquet) against the
-    other ok seeds of this run, per (model, L) (:mod:`largeprompt.ledger.representative`); its summary line."""
-    table = seed_against_reference(read_parquet(tables / "train" / "training_runs.parquet"),
-                                   read_parquet(reference / "training_runs.parquet"), seed)
+    other ok seeds of this run, per (model, L) (:mod:`largeprompt.ledger.representative`), by final test MSE over
+    each run's own R(Γ*) on its test set when both runs have their training_prompt_lengths table; its summary line."""
+    now, then = read_parquet(tables / "train" / "training_runs.parquet"), read_parquet(reference / "training_runs.parquet")
+    scaled = all((folder / "training_prompt_lengths.parquet").is_file() for folder in (reference, tables / "train"))
+    if scaled:
+        now, then = over_linear_optimum(now, tables / "train"), over_linear_optimum(then, reference)
+    value = "final_over_optimum" if scaled else "final_test_loss"
+    table = seed_against_reference(now, then, seed, value)
     inside = int(table["reference_within"].sum())
     summary = (f"seed {seed} of the single-seed run lies within the other seeds' 95% prediction interval at {inside} of "
                f"{len(table)} (model, L)")
     shown = table.drop(columns=["status_now", "status_reference"]).assign(
         status=table["status_now"].astype(str) + " / " + table["status_reference"].astype(str))
+    what = ("final test MSE over R(Γ*) on that run's test set (the two runs drew different test prompts)" if scaled
+            else "final test MSE")
     lines = [f"# Seed {seed}: the single-seed run against this run's other seeds", "",
-             f"{summary}. Final test MSE of seed {seed} then (`seed_reference`, from `{reference}`) and now "
+             f"{summary}, by {what}. Seed {seed} then (`seed_reference`, from `{reference}`) and now "
              f"(`seed_now`, same init, other batches), against the 95% prediction interval of one more seed from this "
              "run's other ok seeds (`pi_low`, `pi_high`); `difference_in_sd`: now − then in units of their spread. "
              "The rule: [docs/experiments.md#paper-seeds](../experiments.md#paper-seeds).", "", markdown(shown)]
@@ -163,7 +184,7 @@ def publish(run: str, out: Path, prediction_file: Path | None = None, root: Path
     table = stage_times(jobs, prediction)
     table.to_parquet(out / "times.parquet", index=False)
     (out / "times.md").write_text(times_page(run, table, jobs, commits, prediction))
-    publish_claims(run, out / "tables", out / "claims.md")
+    publish_claims(run, out / "tables", out / "claims.md", root / "results" / run / "claims" / "claims.parquet")
     done = f"published {len(figures)} figures, {len(tables)} tables and the times of {len(jobs)} jobs into {out}"
     if reference is not None:
         done += "; " + publish_single_seed(out / "tables", reference, out / "single-seed.md")
