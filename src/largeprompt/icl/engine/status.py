@@ -4,13 +4,13 @@
 A run's status follows from its own outcome, compared within its (model, L):
 
 * ``diverged``: training stopped on a blown-up batch loss;
-* ``unconverged``: not trapped, but still moving at the end: its own test loss changes by more than
-  ``unconverged_change`` (relative) over the last ``window`` of its time (:func:`final_change`), so its final loss is
-  not an end point;
 * ``trapped``: its final test loss exceeds ``loss_ratio`` times the reference, the reference being the
   lowest final loss of the (model, L)'s runs, or for linear attention R(Γ*) if lower (the best risk
   linear attention can reach). The reason is ``no readout`` when its readout |u_y|·‖U_xx‖ is below
   ``readout_fraction`` times that of the best run (it never left the plateau), else ``worse equilibrium``;
+* ``unconverged``: not trapped, but still moving at the end: its own test loss changes by more than
+  ``unconverged_change`` (relative) over the last ``window`` of its time (:func:`final_change`), so its final loss is
+  not an end point;
 * ``ok`` otherwise. Means and intervals are over the ok runs only.
 
 The flow of the run's initial weights (:mod:`largeprompt.icl.flow_class`) explains a status; it never decides it.
