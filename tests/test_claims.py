@@ -37,6 +37,21 @@ def test_the_bootstrapped_slope_recovers_an_exact_power_law():
     assert lo <= slope <= hi and lo < -1.0 + 0.1 and hi > -1.0 - 0.1 and hi - lo < 0.2
 
 
+def test_r1_gives_each_measure_its_own_known_limit():
+    """Bounded tokens with error² = 1/L + 30/L²: the fitted slope is steeper than −1, and the reason given is the 1/L²
+    term, not the Gaussian tilt's pre-asymptotic ends."""
+    lengths, prompts = np.array([100, 1000, 10000]), 400
+    rows = [{"token_measure": m, "prompt_length": L, "prompt": p, "finite_prompt_output": np.sqrt(1 / L + c / L**2),
+             "infinite_prompt_output": 0.0} for m, c in (("gaussian", 0.0), ("uniform", 30.0))
+            for L in lengths for p in range(prompts)]
+    rows = pd.DataFrame(rows)
+    rows["finite_prompt_output"] *= 1 + 0.01 * np.random.default_rng(0).standard_normal(len(rows))
+    got = _by_id(ledger.evaluate({"affine_limit/outputs.parquet": rows}.get))
+    assert got.loc["R1/gaussian", "verdict"] == v.AGREES and got.loc["R1/gaussian", "why"] == ""
+    assert got.loc["R1/uniform", "verdict"] == v.DISAGREES and got.loc["R1/uniform", "value"] < -1.0
+    assert got.loc["R1/uniform", "why"] == ledger.R1_BOUNDED_WHY
+
+
 def _tables(slope_hi: float, linear_excess: float) -> dict[str, pd.DataFrame]:
     """Small tables with the columns the claims read; slope_hi < −1 makes R4 disagree, linear_excess > 0.03 R6."""
     lengths = [10, 20, 100]
