@@ -5,7 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import LogNorm
 
 from largeprompt.io.parquet_io import read_parquet
 from largeprompt.plots.style import REFERENCE_STYLE, apply_style, corrected_slope_text, save_figure, suptitle
@@ -18,26 +19,37 @@ EXPERIMENTS = {
 
 
 def _risk_panel(ax, runs, flows):
+    """Every softmax run of stream 0 coloured by L (a colour bar, not a legend: 19 lengths), the flows in black."""
     runs = runs[(runs["model"] == "softmax") & (runs["stream"] == 0) & (runs["time"] > 0)]
     lengths = sorted(runs["prompt_length"].unique())
-    palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths))))
+    cmap = plt.get_cmap("viridis")
+    norm = LogNorm(vmin=min(lengths), vmax=max(lengths)) if len(lengths) > 1 else None
+    many = runs["seed"].nunique() > 3
     for (L, seed), g in runs.groupby(["prompt_length", "seed"]):
-        ax.plot(g["time"], g["test_loss"], color=palette[L], linewidth=0.9, alpha=0.8,
-                label=f"L = {L}" if seed == runs["seed"].min() else None)
-    for seed, f in flows[flows["time"] > 0].groupby("seed"):
-        style = dict(REFERENCE_STYLE, linestyle=[":", "--", "-."][int(seed) % 3], linewidth=1.1)
-        ax.plot(f["time"], f["infinite_prompt_risk"], label=f"$L=\\infty$ flow, seed {seed}", **style)
+        ax.plot(g["time"], g["test_loss"], color=cmap(norm(L)) if norm else cmap(0.5),
+                linewidth=0.6 if many else 0.9, alpha=0.45 if many else 0.8)
+    for i, (seed, f) in enumerate(flows[flows["time"] > 0].groupby("seed")):
+        ax.plot(f["time"], f["infinite_prompt_risk"], label="$L=\\infty$ flow from each run's start" if i == 0 else None,
+                **dict(REFERENCE_STYLE, linestyle="--", linewidth=1.0))
+    if norm:
+        bar = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.02)
+        bar.set_label("prompt length $L$ (SGD runs)", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"training time $t = \sum_k \mathrm{lr}_k$")
-    ax.set_ylabel("test MSE (one line per seed)")
+    ax.set_ylabel(f"test MSE ({runs['seed'].nunique()} seeds, one line per run)")
     ax.set_title("§6 softmax model: SGD at each $L$ and the flow from the same start", fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6.5, loc="lower left")
 
 
 def _sharpness_panel(ax, flows, limit):
-    for seed, f in flows[flows["time"] > 0].groupby("seed"):
-        ax.plot(f["time"], f["sharpness"], linewidth=1, label=f"flow, seed {seed}")
+    """One line per seed's flow, labelled per seed for up to 3 seeds, else as one legend entry."""
+    shown = flows[flows["time"] > 0]
+    n = shown["seed"].nunique()
+    for i, (seed, f) in enumerate(shown.groupby("seed")):
+        label = f"flow, seed {seed}" if n <= 3 else (f"the flow of each seed ({n})" if i == 0 else None)
+        ax.plot(f["time"], f["sharpness"], linewidth=1, color=None if n <= 3 else "tab:gray", alpha=1 if n <= 3 else 0.6,
+                label=label)
     if limit:
         ax.axhline(limit, color="tab:red", linestyle=":", label=f"2/lr = {limit:.3g}: stability limit of the R4 runs")
     ax.set_xscale("log")
@@ -46,7 +58,7 @@ def _sharpness_panel(ax, flows, limit):
     ax.set_ylabel(r"sharpness $\lambda_{\max}(\nabla^2 R_\infty(\theta_\infty(t)))$")
     ax.set_title("SGD tracks the flow only where lr·sharpness < 2\n(the R6 runs keep lr·λ ≤ 1.6 by their step-size rule)",
                  fontsize=9)
-    ax.legend(fontsize=6.5)
+    ax.legend(fontsize=6.5, loc="lower right")
 
 
 def _fit_label(label, fit) -> str:
