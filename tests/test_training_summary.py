@@ -54,6 +54,7 @@ def test_final_change_compares_the_last_twentieth_with_the_start_of_the_window()
     end, start = 2.0 - 0.1 * 9.75, 2.0 - 0.1 * 8.25
     assert_within(final_change(TIMES, loss), abs(end - start) / end, rounding_tolerance(8, 2.0), "final_change")
     assert final_change(TIMES, np.full(len(TIMES), 0.3)) == 0.0  # a run at rest
+    assert math.isnan(final_change(np.array([0.0, 1.0, 2.0, 10.0]), np.array([3.0, 2.0, 1.5, 1.4])))  # too sparse to tell
     # a run cut short is judged on its own time: windows [4.75, 5] and [4, 4.25] of horizon 5
     short = final_change(TIMES[:11], loss[:11])
     end, start = loss[(TIMES >= 4.75) & (TIMES <= 5.0)].mean(), loss[(TIMES >= 4.0) & (TIMES <= 4.25)].mean()
@@ -80,7 +81,7 @@ def test_the_summary_counts_unconverged_runs_and_leaves_them_out_of_the_mean():
     moving = trajectory(seed=3, test_loss=1.4 - 0.05 * TIMES)  # ends near 0.9, moving 8% over the last fifth
     traj = pd.concat([seeds_frame(levels, 0.0), moving], ignore_index=True)
     table = pd.DataFrame([run_row(g, 0.6) for _, g in traj.groupby(["model", "seed", "stream"])])
-    table = table.join(judge(table, ts.status_rule(cfg, "softmax"))).assign(flow_class="converges", bayes_risk=0.3)
+    table = table.join(judge(table, status_rule(vars(cfg), "softmax"))).assign(flow_class="converges", bayes_risk=0.3)
     table = table.assign(excess_risk=table["final_test_loss"] - 0.3, scaled_excess_risk=50 * (table["final_test_loss"] - 0.3))
     assert table.set_index("seed").loc[3, "status"] == "unconverged"
     row = prompt_length_row(table, traj, bayes_row(), PREDICTIONS, cfg)

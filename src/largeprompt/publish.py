@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+from pyarrow.parquet import read_schema
 from PIL import Image
 
 from largeprompt.bench.memory import benchmark_records
@@ -27,7 +28,8 @@ from largeprompt.reading import format_ledger, markdown
 
 MAX_PNG_BYTES = 400_000
 MAX_TABLE_BYTES = 5_000_000
-TRAJECTORY_RULES = ("train", "train_beyond_gaussian")  # per-run trajectories (≈ 3 MB a job at paper scale): their summaries are published
+TRAJECTORY_RULES = ("train", "train_beyond_gaussian")  # R6 per-run trajectories (≈ 3 MB a job at paper scale): their summaries
+# are published; the R4 transfer trajectories (under 1 MB a job) are kept, for the trajectory_transfer figure's data
 
 
 def small_png(source: Path, limit: int = MAX_PNG_BYTES) -> bytes:
@@ -140,7 +142,8 @@ def publish_claims(run: str, tables: Path, target: Path, ledger_file: Path | Non
 
 def over_linear_optimum(runs: pd.DataFrame, folder: Path) -> pd.DataFrame:
     """``runs`` with column final_over_optimum: final test MSE over R(Γ*) on the run's own test set (from
-    ``folder``/training_prompt_lengths.parquet), a quantity that does not depend on which test prompts were drawn."""
+    ``folder``/training_prompt_lengths.parquet), a quantity that depends much less than the MSE on which test prompts
+    were drawn; NaN for a (model, L) the table lacks."""
     optimum = read_parquet(folder / "training_prompt_lengths.parquet").set_index(["model", "prompt_length"])
     optimum = optimum["optimal_linear_attention_test_risk"]
     keys = pd.MultiIndex.from_frame(runs[["model", "prompt_length"]])
@@ -152,7 +155,9 @@ def publish_single_seed(tables: Path, reference: Path, target: Path, seed: int =
     other ok seeds of this run, per (model, L) (:mod:`largeprompt.ledger.representative`), by final test MSE over
     each run's own R(Γ*) on its test set when both runs have their training_prompt_lengths table; its summary line."""
     now, then = read_parquet(tables / "train" / "training_runs.parquet"), read_parquet(reference / "training_runs.parquet")
-    scaled = all((folder / "training_prompt_lengths.parquet").is_file() for folder in (reference, tables / "train"))
+    scaled = all((folder / "training_prompt_lengths.parquet").is_file()
+                 and "optimal_linear_attention_test_risk" in read_schema(folder / "training_prompt_lengths.parquet").names
+                 for folder in (reference, tables / "train"))
     if scaled:
         now, then = over_linear_optimum(now, tables / "train"), over_linear_optimum(then, reference)
     value = "final_over_optimum" if scaled else "final_test_loss"

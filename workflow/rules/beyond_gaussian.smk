@@ -149,6 +149,7 @@ rule summarize_beyond_gaussian:
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
             "train.unconverged_change",
+            "train.convergence_window",
         ),
     script:
         "../scripts/summarize_beyond_gaussian.py"

@@ -14,7 +14,7 @@ import torch
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
 from largeprompt.icl.dynamics import flow_table, full_model_flow
 from largeprompt.icl.engine.runs import initial_parameters
-from largeprompt.icl.engine.status import judge, run_outcome, status_rule
+from largeprompt.icl.engine.status import CHANGE_WINDOW, judge, run_outcome, status_rule
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import RegressionTask
 from largeprompt.icl.test_set import test_set_frame
@@ -58,9 +58,11 @@ def flow_rows(task: RegressionTask, model: str, seed: int, base_seed: int, times
 def run_outcomes(trajectories: pd.DataFrame, rule: dict, linear_optimum: dict) -> pd.DataFrame:
     """One row per R6 run: final test loss and R∞ (mean over the last tenth of its time), the attention scale
     ‖U_xx‖ and value weight u_y at its end, and its status within its (token_measure, model, L) by the §6 status rule
-    (``rule``: config ``train.trapped_*`` and ``train.unconverged_change``; ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
+    (``rule``: config ``train.trapped_*``, ``train.unconverged_change`` and ``train.convergence_window``;
+    ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
     keys = ("token_measure", "model", "prompt_length", "seed", "stream", "time", "norm_U_xx", "u_y", "stability_margin")
-    runs = pd.DataFrame([run_outcome(g, keys) for _, g in trajectories.groupby(list(keys[:5]))])
+    window = float(rule.get("convergence_window", CHANGE_WINDOW))
+    runs = pd.DataFrame([run_outcome(g, keys, window) for _, g in trajectories.groupby(list(keys[:5]))])
     runs = runs.rename(columns={"norm_U_xx": "attention_scale"})
     parts = []
     for (measure, model, L), g in runs.groupby(["token_measure", "model", "prompt_length"]):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import TRAP_REASONS, StatusRule, judge, readout, run_outcome, split_modes
+from largeprompt.icl.engine.status import CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_rule
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
 from largeprompt.maths.rates import t_interval
@@ -31,10 +31,6 @@ class SummarySettings:
     unconverged_change: float
 
 
-def status_rule(cfg, model: str) -> StatusRule:
-    return StatusRule(float(cfg.trapped_loss_ratio[model]), float(cfg.trapped_readout_fraction), float(cfg.unconverged_change))
-
-
 def flow_row(flow: pd.DataFrame, noise_variance: float) -> dict:
     """What the summary reads from one seed's flow: its class, escape and final readout, and its sharpness growth."""
     flow = flow.sort_values("time")
@@ -47,7 +43,7 @@ def flow_row(flow: pd.DataFrame, noise_variance: float) -> dict:
             "flow_sharpness_growth": float(last["sharpness"] / half["sharpness"])}
 
 
-def run_row(run: pd.DataFrame, plateau: float, window: float = 0.2) -> dict:
+def run_row(run: pd.DataFrame, plateau: float, window: float = CHANGE_WINDOW) -> dict:
     """Final values, end change over ``window`` and escape time of one run (its trajectory rows)."""
     row = run_outcome(run, ("model", "prompt_length", "seed", "stream", "step", "time", "u_y", "stability_margin"), window)
     run = run.sort_values("step")
@@ -60,7 +56,7 @@ def judge_prompt_length(runs: pd.DataFrame, cfg: SummarySettings, linear_optimum
     parts = []
     for model, g in runs.groupby("model"):
         floor = linear_optimum if model == "linear" else np.inf
-        parts.append(g.join(judge(g, status_rule(cfg, model), floor)))
+        parts.append(g.join(judge(g, status_rule(vars(cfg), model), floor)))
     return pd.concat(parts)
 
 

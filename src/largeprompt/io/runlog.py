@@ -74,7 +74,7 @@ def runtime_settings(smk) -> Runtime:
     ``train.checkpoint_every``."""
     config = smk.config
     train = config.get("train", {})
-    rule = {k: train[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change") if k in train}
+    rule = {k: train[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change", "convergence_window") if k in train}
     section = config.get("transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
     return Runtime(
         device=str(config.get("device", "auto")),

@@ -1,6 +1,6 @@
 """Figure `training_vs_prompt_length` (R6, docs/experiments.md#training_vs_prompt_length): final test MSE
-against L for softmax and linear attention, every run, the theory over it, the modes of the ok runs, trapped
-runs and escape times. Draws only: every number comes from results/<run>/train/training_*.parquet,
+against L for softmax and linear attention, every run, the theory over it, the modes of the ok runs, unconverged
+and trapped runs, and escape times. Draws only: every number comes from results/<run>/train/training_*.parquet,
 icl/bayes_risk.parquet and init_dependence/classes.parquet."""
 from __future__ import annotations
 

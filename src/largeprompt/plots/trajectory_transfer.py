@@ -27,7 +27,8 @@ def _risk_panel(ax, runs, flows):
     many = runs["seed"].nunique() > 3
     for (L, seed), g in runs.groupby(["prompt_length", "seed"]):
         ax.plot(g["time"], g["test_loss"], color=cmap(norm(L)) if norm else cmap(0.5),
-                linewidth=0.6 if many else 0.9, alpha=0.45 if many else 0.8)
+                linewidth=0.6 if many else 0.9, alpha=0.45 if many else 0.8,
+                label=None if norm or seed != runs["seed"].min() else f"L = {L}")
     for i, (seed, f) in enumerate(flows[flows["time"] > 0].groupby("seed")):
         ax.plot(f["time"], f["infinite_prompt_risk"], label="$L=\\infty$ flow from each run's start" if i == 0 else None,
                 **dict(REFERENCE_STYLE, linestyle="--", linewidth=1.0))
@@ -39,7 +40,8 @@ def _risk_panel(ax, runs, flows):
     ax.set_xlabel(r"training time $t = \sum_k \mathrm{lr}_k$")
     ax.set_ylabel(f"test MSE ({runs['seed'].nunique()} seeds, one line per run)")
     ax.set_title("§6 softmax model: SGD at each $L$ and the flow from the same start", fontsize=9)
-    ax.legend(fontsize=6.5, loc="lower left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="lower left")
 
 
 def _sharpness_panel(ax, flows, limit):

@@ -61,7 +61,7 @@ def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_ga
     profiles = pd.concat([scale_profile(m, *args, PROFILE_SCALES) for m in measures], ignore_index=True)
     for r in table.itertuples():
         print(f"{r.token_measure:10s} {r.model:8s} L={r.prompt_length:5d}: test {r.final_test_loss_mean:.4f} "
-              f"[{r.final_test_loss_lo:.4f}, {r.final_test_loss_hi:.4f}] ok {r.n_ok}/{r.n_seeds} "
+              f"[{r.final_test_loss_lo:.4f}, {r.final_test_loss_hi:.4f}] ok {r.n_ok}/{r.n_seeds} unconverged {r.n_unconverged} "
               f"|U_xx| {r.attention_scale_mean:.3f}; on the test prompts R(Γ*) {r.optimal_linear_attention_test_risk:.4f}, "
               f"Bayes {r.bayes_risk:.4f}")
     prov = provenance(rule, params, base_seed=params["seed"], run_seeds=sorted(runs["seed"].unique()))

@@ -6,5 +6,5 @@ the ones listed before it:
 ``runs``      a run's pieces: its spec, initial weights, batch stream, test losses and logged row;
 ``loop``      the per-L loop: every run of one prompt length stepped, logged, stopped on divergence, checkpointed;
 ``protocol``  the protocol: settings, step sizes from each run's own flow, the transfer section, one call per L;
-``status``    the status rule that reads the finished runs (ok, trapped, diverged, drifting).
+``status``    the status rule that reads the finished runs (ok, unconverged, trapped, diverged).
 """

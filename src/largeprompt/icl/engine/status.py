@@ -39,7 +39,8 @@ class StatusRule:
 
 def status_rule(train: dict, model: str) -> StatusRule:
     """The rule of config section ``train`` (keys ``trapped_loss_ratio`` per model, ``trapped_readout_fraction`` and
-    ``unconverged_change``; without the last no run is unconverged) for ``model``."""
+    ``unconverged_change``; without the last no run is unconverged) for ``model``. The window a run's change is
+    measured over, ``convergence_window``, goes to :func:`run_outcome`."""
     return StatusRule(float(train["trapped_loss_ratio"][model]), float(train["trapped_readout_fraction"]),
                       float(train.get("unconverged_change", np.inf)))
 
@@ -52,17 +53,21 @@ def final_loss(times, losses) -> float:
 
 def final_change(times, losses, window: float = CHANGE_WINDOW) -> float:
     """|m(end) − m(start)| / m(end): m the mean of ``losses`` over a twentieth of the run's time, at its end and where
-    its last ``window`` starts (docs/experiments.md#run-status)."""
+    its last ``window`` starts (docs/experiments.md#run-status); NaN when the rows are too sparse to tell the two
+    apart (both fall back on the same rows)."""
     times, losses = np.asarray(times, dtype=np.float64), np.asarray(losses, dtype=np.float64)
     horizon = times[-1]
     width = horizon / 20
 
-    def level(t0):  # the rows in [t0, t0 + width], or the row nearest its middle when none was logged there
+    def rows(t0):  # the rows in [t0, t0 + width], or the row nearest its middle when none was logged there
         inside = (times >= t0 - 1e-12 * horizon) & (times <= t0 + width * (1 + 1e-12))
-        return losses[inside].mean() if inside.any() else losses[np.abs(times - t0 - width / 2).argmin()]
+        return np.flatnonzero(inside) if inside.any() else np.array([np.abs(times - t0 - width / 2).argmin()])
 
-    end = level(horizon - width)
-    return float(abs(end - level((1 - window) * horizon)) / end)
+    end, start = rows(horizon - width), rows((1 - window) * horizon)
+    if np.array_equal(end, start):
+        return float("nan")
+    level = losses[end].mean()
+    return float(abs(level - losses[start].mean()) / level)
 
 
 def readout(u_y, norm_U_xx):
@@ -93,7 +98,7 @@ def judge(runs: pd.DataFrame, rule: StatusRule, theory_floor: float = np.inf) ->
     """Status of the runs of one (model, L) (module docstring).
 
     ``runs`` has columns final_test_loss, readout and diverged (bool), and final_change where the runs' ends are
-    checked (without it no run is unconverged); ``theory_floor`` is the lowest risk the
+    checked (without it, or where it is NaN, no run is unconverged); ``theory_floor`` is the lowest risk the
     model can reach in theory (R(Γ*) for linear attention; +inf where none is known). Returns columns
     status, trap_reason (None for ok and diverged runs) and reference_loss, on the index of ``runs``.
     """
