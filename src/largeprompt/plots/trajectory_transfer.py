@@ -29,7 +29,7 @@ def _risk_panel(ax, runs, flows):
         ax.plot(g["time"], g["test_loss"], color=cmap(norm(L)) if norm else cmap(0.5),
                 linewidth=0.6 if many else 0.9, alpha=0.45 if many else 0.8,
                 label=None if norm or seed != runs["seed"].min() else f"L = {L}")
-    for i, (seed, f) in enumerate(flows[flows["time"] > 0].groupby("seed")):
+    for i, (_, f) in enumerate(flows[flows["time"] > 0].groupby("seed")):
         ax.plot(f["time"], f["infinite_prompt_risk"], label="$L=\\infty$ flow from each run's start" if i == 0 else None,
                 **dict(REFERENCE_STYLE, linestyle="--", linewidth=1.0))
     if norm:
