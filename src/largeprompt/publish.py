@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-from pyarrow.parquet import read_schema
 from PIL import Image
+from pyarrow.parquet import read_schema
 
 from largeprompt.bench.memory import benchmark_records
 from largeprompt.bench.report import machine_description
