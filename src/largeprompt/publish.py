@@ -140,12 +140,18 @@ def publish_claims(run: str, tables: Path, target: Path, ledger_file: Path | Non
                       "[docs/experiments.md#claims](../experiments.md#claims).\n\n" + format_ledger(ledger, "markdown") + "\n")
 
 
-def over_linear_optimum(runs: pd.DataFrame, folder: Path) -> pd.DataFrame:
-    """``runs`` with column final_over_optimum: final test MSE over R(Γ*) on the run's own test set (from
-    ``folder``/training_prompt_lengths.parquet), a quantity that depends much less than the MSE on which test prompts
-    were drawn; NaN for a (model, L) the table lacks."""
-    optimum = read_parquet(folder / "training_prompt_lengths.parquet").set_index(["model", "prompt_length"])
-    optimum = optimum["optimal_linear_attention_test_risk"]
+def linear_optimum(folder: Path) -> pd.Series | None:
+    """R(Γ*) on the run's test set per (model, L), from ``folder``/training_prompt_lengths.parquet; None where the run
+    has no such table or column."""
+    path, column = folder / "training_prompt_lengths.parquet", "optimal_linear_attention_test_risk"
+    if not path.is_file() or column not in read_schema(path).names:
+        return None
+    return read_parquet(path, columns=["model", "prompt_length", column]).set_index(["model", "prompt_length"])[column]
+
+
+def over_linear_optimum(runs: pd.DataFrame, optimum: pd.Series) -> pd.DataFrame:
+    """``runs`` with column final_over_optimum: final test MSE over ``optimum`` (:func:`linear_optimum`), a quantity
+    that depends much less than the MSE on which test prompts were drawn; NaN for a (model, L) it lacks."""
     keys = pd.MultiIndex.from_frame(runs[["model", "prompt_length"]])
     return runs.assign(final_over_optimum=runs["final_test_loss"].to_numpy() / optimum.reindex(keys).to_numpy())
 
@@ -155,11 +161,10 @@ def publish_single_seed(tables: Path, reference: Path, target: Path, seed: int =
     other ok seeds of this run, per (model, L) (:mod:`largeprompt.ledger.representative`), by final test MSE over
     each run's own R(Γ*) on its test set when both runs have their training_prompt_lengths table; its summary line."""
     now, then = read_parquet(tables / "train" / "training_runs.parquet"), read_parquet(reference / "training_runs.parquet")
-    scaled = all((folder / "training_prompt_lengths.parquet").is_file()
-                 and "optimal_linear_attention_test_risk" in read_schema(folder / "training_prompt_lengths.parquet").names
-                 for folder in (reference, tables / "train"))
+    optimum_now, optimum_then = linear_optimum(tables / "train"), linear_optimum(reference)
+    scaled = optimum_now is not None and optimum_then is not None
     if scaled:
-        now, then = over_linear_optimum(now, tables / "train"), over_linear_optimum(then, reference)
+        now, then = over_linear_optimum(now, optimum_now), over_linear_optimum(then, optimum_then)
     value = "final_over_optimum" if scaled else "final_test_loss"
     table = seed_against_reference(now, then, seed, value)
     inside = int(table["reference_within"].sum())

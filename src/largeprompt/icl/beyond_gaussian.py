@@ -14,7 +14,7 @@ import torch
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
 from largeprompt.icl.dynamics import flow_table, full_model_flow
 from largeprompt.icl.engine.runs import initial_parameters
-from largeprompt.icl.engine.status import CHANGE_WINDOW, judge, run_outcome, status_rule
+from largeprompt.icl.engine.status import change_window, judge, run_outcome, status_counts, status_rule
 from largeprompt.icl.flow_class import classify_flow
 from largeprompt.icl.task import RegressionTask
 from largeprompt.icl.test_set import test_set_frame
@@ -61,7 +61,7 @@ def run_outcomes(trajectories: pd.DataFrame, rule: dict, linear_optimum: dict) -
     (``rule``: config ``train.trapped_*``, ``train.unconverged_change`` and ``train.convergence_window``;
     ``linear_optimum``: L → R(Γ*) on the test set, linear's floor)."""
     keys = ("token_measure", "model", "prompt_length", "seed", "stream", "time", "norm_U_xx", "u_y", "stability_margin")
-    window = float(rule.get("convergence_window", CHANGE_WINDOW))
+    window = change_window(rule)
     runs = pd.DataFrame([run_outcome(g, keys, window) for _, g in trajectories.groupby(list(keys[:5]))])
     runs = runs.rename(columns={"norm_U_xx": "attention_scale"})
     parts = []
@@ -76,9 +76,7 @@ def prompt_length_stats(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame
     rows = []
     for (measure, model, L), g in runs[runs["stream"] == 0].groupby(["token_measure", "model", "prompt_length"]):
         ok = g[g["status"] == "ok"]
-        row = {"token_measure": measure, "model": model, "prompt_length": int(L), "n_seeds": len(g), "n_ok": len(ok),
-               "n_unconverged": int((g["status"] == "unconverged").sum()),
-               "n_trapped": int((g["status"] == "trapped").sum()), "n_diverged": int((g["status"] == "diverged").sum())}
+        row = {"token_measure": measure, "model": model, "prompt_length": int(L), "n_seeds": len(g), **status_counts(g)}
         for col in ("final_test_loss", "attention_scale"):
             row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col], level)
         rows.append(row)

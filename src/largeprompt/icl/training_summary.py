@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_rule
+from largeprompt.icl.engine.status import (CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_counts,
+                                          status_rule)
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
 from largeprompt.maths.rates import t_interval
@@ -96,9 +97,7 @@ def prompt_length_row(runs: pd.DataFrame, trajectories: pd.DataFrame, bayes: pd.
     shared = runs[runs["stream"] == 0]
     ok = shared[shared["status"] == "ok"]
     model, L = runs["model"].iloc[0], int(runs["prompt_length"].iloc[0])
-    row = {"model": model, "prompt_length": L, "n_seeds": len(shared), "n_ok": len(ok),
-           "n_unconverged": int((shared["status"] == "unconverged").sum()),
-           "n_trapped": int((shared["status"] == "trapped").sum()), "n_diverged": int((shared["status"] == "diverged").sum()),
+    row = {"model": model, "prompt_length": L, "n_seeds": len(shared), **status_counts(shared),
            "n_drifting_flows": int((shared["flow_class"] == "drifts").sum()),
            **trap_counts(shared),
            "bayes_risk": float(bayes["bayes_risk"]), "noise_variance": theory["noise_variance"]}

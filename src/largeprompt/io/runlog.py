@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from tqdm import tqdm
 
+from largeprompt.icl.engine.status import RULE_KEYS
 from largeprompt.io import figure_provenance
 from largeprompt.io.parquet_io import ResultFileError, plain
 from largeprompt.io.pipeline import Runtime, stage_params
@@ -74,7 +75,7 @@ def runtime_settings(smk) -> Runtime:
     ``train.checkpoint_every``."""
     config = smk.config
     train = config.get("train", {})
-    rule = {k: train[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change", "convergence_window") if k in train}
+    rule = {k: train[k] for k in RULE_KEYS if k in train}
     section = config.get("transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
     return Runtime(
         device=str(config.get("device", "auto")),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import CHANGE_WINDOW, final_change, final_loss, judge, readout, status_rule
+from largeprompt.icl.engine.status import change_window, final_change, final_loss, judge, readout, status_rule
 from largeprompt.icl.test_set import linear_optimum_errors, load_test_set
 
 
 def report_runs(frame: pd.DataFrame, flow_classes: dict[int, str], rule: dict | None, test_frame, L: int, task) -> None:
     """One log line per run: where it ended and, with the summary's status rule (``rule``: config ``train.trapped_*``;
     None for no verdict), what the summary will call it, with the class of its seed's flow."""
-    window = float((rule or {}).get("convergence_window", CHANGE_WINDOW))
+    window = change_window(rule or {})
     runs = pd.DataFrame([{"model": m, "seed": s, "stream": j, "time": g["time"].iloc[-1], "step": g["step"].iloc[-1],
                           "final_test_loss": final_loss(g["time"], g["test_loss"]),
                           "final_change": final_change(g["time"], g["test_loss"], window),

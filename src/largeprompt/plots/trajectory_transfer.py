@@ -24,11 +24,11 @@ def _risk_panel(ax, runs, flows):
     lengths = sorted(runs["prompt_length"].unique())
     cmap = plt.get_cmap("viridis")
     norm = LogNorm(vmin=min(lengths), vmax=max(lengths)) if len(lengths) > 1 else None
-    many = runs["seed"].nunique() > 3
+    many, first = runs["seed"].nunique() > 3, runs["seed"].min()
     for (L, seed), g in runs.groupby(["prompt_length", "seed"]):
         ax.plot(g["time"], g["test_loss"], color=cmap(norm(L)) if norm else cmap(0.5),
                 linewidth=0.6 if many else 0.9, alpha=0.45 if many else 0.8,
-                label=None if norm or seed != runs["seed"].min() else f"L = {L}")
+                label=None if norm or seed != first else f"L = {L}")
     for i, (_, f) in enumerate(flows[flows["time"] > 0].groupby("seed")):
         ax.plot(f["time"], f["infinite_prompt_risk"], label="$L=\\infty$ flow from each run's start" if i == 0 else None,
                 **dict(REFERENCE_STYLE, linestyle="--", linewidth=1.0))

@@ -26,6 +26,7 @@ FINAL_FRACTION = 0.1  # the final loss averages the rows logged in the last tent
 CHANGE_WINDOW = 0.2  # final_change compares the run's last twentieth with the twentieth where its last fifth starts
 STATUSES = ("ok", "unconverged", "trapped", "diverged")
 TRAP_REASONS = ("no readout", "worse equilibrium")
+RULE_KEYS = ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change", "convergence_window")  # of ``train``
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,19 @@ class StatusRule:
 def status_rule(train: dict, model: str) -> StatusRule:
     """The rule of config section ``train`` (keys ``trapped_loss_ratio`` per model, ``trapped_readout_fraction`` and
     ``unconverged_change``; without the last no run is unconverged) for ``model``. The window a run's change is
-    measured over, ``convergence_window``, goes to :func:`run_outcome`."""
+    measured over, ``convergence_window``, goes to :func:`run_outcome` (:func:`change_window`)."""
     return StatusRule(float(train["trapped_loss_ratio"][model]), float(train["trapped_readout_fraction"]),
                       float(train.get("unconverged_change", np.inf)))
+
+
+def change_window(train: dict) -> float:
+    """Config ``train.convergence_window``: the end of a run over which :func:`final_change` is measured."""
+    return float(train.get("convergence_window", CHANGE_WINDOW))
+
+
+def status_counts(runs: pd.DataFrame) -> dict:
+    """``n_ok``, ``n_unconverged``, ``n_trapped``, ``n_diverged``: the runs of each status (STATUSES order)."""
+    return {f"n_{status}": int((runs["status"] == status).sum()) for status in STATUSES}
 
 
 def final_loss(times, losses) -> float:
