@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.engine.status import (CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_counts,
-                                          status_rule)
+from largeprompt.icl.engine.status import CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_counts, status_rule
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
 from largeprompt.maths.rates import t_interval
