@@ -10,7 +10,7 @@ import pytest
 from largeprompt import cli, reading
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.ledger import claims as ledger
-from largeprompt.ledger import compare
+from largeprompt.ledger import compare, measures
 from largeprompt.ledger import verdicts as v
 
 
@@ -33,7 +33,7 @@ def test_the_bootstrapped_slope_recovers_an_exact_power_law():
     lengths = np.array([100, 1000, 10000])
     rng = np.random.default_rng(0)
     errors = rng.exponential(1.0, size=(3, 500)) / lengths[:, None]  # E error = 1/L, spread over prompts
-    slope, lo, hi = ledger.log_slope_with_ci(errors, lengths)
+    slope, lo, hi = measures.log_slope_with_ci(errors, lengths)
     assert lo <= slope <= hi and lo < -1.0 + 0.1 and hi > -1.0 - 0.1 and hi - lo < 0.2
 
 
@@ -49,7 +49,7 @@ def test_r1_gives_each_measure_its_own_known_limit():
     got = _by_id(ledger.evaluate({"affine_limit/outputs.parquet": rows}.get))
     assert got.loc["R1/gaussian", "verdict"] == v.AGREES and got.loc["R1/gaussian", "why"] == ""
     assert got.loc["R1/uniform", "verdict"] == v.DISAGREES and got.loc["R1/uniform", "value"] < -1.0
-    assert got.loc["R1/uniform", "why"] == ledger.R1_BOUNDED_WHY
+    assert got.loc["R1/uniform", "why"] == measures.R1_BOUNDED_WHY
 
 
 def _tables(slope_hi: float, linear_excess: float) -> dict[str, pd.DataFrame]:
