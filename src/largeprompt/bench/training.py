@@ -143,7 +143,7 @@ def training_job_memory(extra: dict) -> dict:
     start = time.process_time()
     section, L, dtype = extra["section"], int(extra["train_length"]), extra["dtype"]
     specs = run_specs(section["models"], section["seeds"], section["replicate_seeds"])
-    test_set = load_test_set(read_parquet(extra["test_set"]), L, dtype=DTYPES[dtype])
+    test_set = load_test_set(read_parquet(extra["test_set"]), L, dtype=DTYPES[dtype], feature_major=True)
     trainer = PromptLengthTrainer(regression_task(extra["icl"]), specs, [np.full(2, section["lr"])] * len(specs),
                                   prompt_length=L, base_seed=0, batch_size=section["batch_size"], n_log=1,
                                   divergence_threshold=1e4, dtype=dtype)

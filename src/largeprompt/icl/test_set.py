@@ -40,8 +40,11 @@ def test_set_frame(task: RegressionTask, n_test: int, max_prompt_length: int, se
     return frame
 
 
-def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=torch.float64, device="cpu"):
-    """(query [N, D], prompt [N, L, D], target [N]) from the long-format test set, first L tokens, on ``device``."""
+def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=torch.float64, device="cpu",
+                  feature_major: bool = False):
+    """(query [N, D], prompt [N, L, D], target [N]) from the long-format test set, first L tokens, on ``device``;
+    ``feature_major``: the prompt stored feature by feature, as the engine draws its batches (its native readout
+    reads that layout, :func:`largeprompt.kernel.native.supports`)."""
     frame = frame.sort_values(["prompt", "token_index"])
     xcols = sorted((c for c in frame.columns if c.startswith("x")), key=lambda c: int(c[1:]))
     n = frame["prompt"].nunique()
@@ -50,7 +53,10 @@ def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=t
     target = query[:, -1].clone()  # [N]
     query[:, -1] = 0.0  # z_q = (x_q, 0)
     stop = None if prompt_length is None else 1 + prompt_length
-    prompt = torch.tensor(arr[:, 1:stop], dtype=dtype, device=device)  # [N, L, D]
+    if feature_major:
+        prompt = torch.tensor(arr[:, 1:stop].transpose(2, 0, 1), dtype=dtype, device=device).permute(1, 2, 0)
+    else:
+        prompt = torch.tensor(arr[:, 1:stop], dtype=dtype, device=device)  # [N, L, D]
     return query, prompt, target
 
 

@@ -22,7 +22,7 @@ def train_measure_runs(path, params, cfg, flows, rule, runtime, test_frame):
     section, L = params["beyond_gaussian"], int(params["prompt_length"])
     task = measure_task(section, params["token_measure"])
     device = resolve_device(runtime.device)
-    test = load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device)
+    test = load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device, feature_major=True)
     limits = {m: limit_risk(task, m, icl_quadrature(section)) for m in cfg.models}
     checkpoint = Checkpoint(checkpoint_path(path))
     frame = train_runs(cfg, task, L, int(params["seed"]), test, flows, checkpoint=checkpoint,

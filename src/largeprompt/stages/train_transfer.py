@@ -25,7 +25,7 @@ def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAU
     device = resolve_device(runtime.device)
     test_frame = read_parquet(inputs["test_set"])
     checkpoint = Checkpoint(checkpoint_path(outputs["trajectories"]))
-    frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device), {},
+    frame = train_runs(cfg, task, L, base_seed, load_test_set(test_frame, L, dtype=dtype_of(cfg.dtype), device=device, feature_major=True), {},
                        checkpoint=checkpoint, checkpoint_every=runtime.checkpoint_every, key_extra={"icl": params["icl"]},
                        device=device, progress=functools.partial(progress, None, desc=f"{rule} L={L}"),
                        limits=task_limits(task, icl_quadrature(params["icl"])))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from largeprompt.icl import models
+from largeprompt.kernel import native
 
 LOG2E = 1.0 / math.log(2.0)
 BLOCK_ELEMENTS = 1 << 22  # the rows of one block of prompts, [block, 2R, L], hold at most this many numbers
@@ -137,23 +138,26 @@ def _softmax_prediction(columns, prompt, S: int, base2: bool):
 
 @dataclass(frozen=True)
 class Plan:
-    """How a step runs (results change only by round-off): ``block`` prompts at a time, and the exponential by
-    exp2 of log₂e-scaled scores (``base2``) or by exp. Chosen per machine by :mod:`largeprompt.icl.engine.tuning`;
-    written ``block=32,exp=2``."""
+    """How a step runs (results change only by round-off): ``block`` prompts at a time, the exponential by exp2 of
+    log₂e-scaled scores (``base2``) or by exp, and the softmax runs' readout by torch's products or in one native
+    pass (``native``, :mod:`largeprompt.kernel.native`; it also gives the linear runs' C). Chosen per machine by
+    :mod:`largeprompt.icl.engine.tuning`; written ``block=32,exp=2`` or ``block=128,exp=2,readout=native``."""
 
     block: int
     base2: bool = False
+    native: bool = False
 
     def __str__(self) -> str:
-        return f"block={self.block},exp={'2' if self.base2 else 'e'}"
+        return f"block={self.block},exp={'2' if self.base2 else 'e'}" + (",readout=native" if self.native else "")
 
     @classmethod
     def parse(cls, text: str) -> Plan:
         fields = dict(part.strip().partition("=")[::2] for part in text.split(",") if part.strip())
-        block, base = fields.get("block", ""), fields.get("exp", "e")
-        if set(fields) - {"block", "exp"} or not block.isdigit() or int(block) < 1 or base not in ("e", "2"):
-            raise ValueError(f"training plan {text!r}: expected block=<positive integer>,exp=e|2")
-        return cls(int(block), base == "2")
+        block, base, readout = fields.get("block", ""), fields.get("exp", "e"), fields.get("readout", "torch")
+        if (set(fields) - {"block", "exp", "readout"} or not block.isdigit() or int(block) < 1 or base not in ("e", "2")
+                or readout not in ("torch", "native")):
+            raise ValueError(f"training plan {text!r}: expected block=<positive integer>,exp=e|2[,readout=torch|native]")
+        return cls(int(block), base == "2", readout == "native")
 
 
 def default_plan(n_softmax: int, prompt_length: int, dim: int) -> Plan:
@@ -184,15 +188,30 @@ def _blockwise(fn, columns, prompt, S: int, plan: Plan | None):
     return torch.cat(outs) if isinstance(outs[0], torch.Tensor) else tuple(torch.cat(x) for x in zip(*outs))
 
 
+def _native(plan: Plan | None, prompt) -> bool:
+    """Whether this step's softmax readout runs natively (the plan says so and the prompt's layout allows it)."""
+    return bool(plan and plan.native) and native.supports(prompt) and native.library() is not None
+
+
+def _native_readout(a, u, prompt, S: int, second: bool):
+    """The softmax runs' ŷ [B, S] and their ∇a and ∇u moments per unit ∂ℓ/∂ŷ, and C (or None), in one native pass."""
+    mean, tilted, C = native.stacked_readout(prompt, a[:, :S] * LOG2E, u[:S], tilted=True, second=second)
+    prediction = (mean * u[:S]).sum(-1)
+    return (prediction, tilted - prediction.unsqueeze(-1) * mean, mean), C
+
+
 def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.Tensor:
     """ŷ [R, B] of every run on one batch (the softmax runs' rows in blocks of prompts: a large test set fits)."""
     U, u, back, S = _attention_in_order(stack)
     base2 = bool(plan and plan.base2)
-    a, out = _tilts(query, U), []
-    if S:
+    a, out, C = _tilts(query, U), [], None
+    if _native(plan, prompt):
+        mean, _, C = native.stacked_readout(prompt, a[:, :S] * LOG2E, u[:S], tilted=False, second=S < U.shape[0])
+        out.append((mean * u[:S]).sum(-1))
+    elif S:
         out.append(_blockwise(lambda c, z: _softmax_prediction(c, z, S, base2), _columns(a, u, S, base2), prompt, S, plan))
     if S < U.shape[0]:
-        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
+        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt) if C is None else C)[0])
     prediction = torch.cat(out, dim=1).T  # [R, B], softmax runs first
     return prediction if back is None else prediction[back]
 
@@ -201,12 +220,15 @@ def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
     """a [B, R, D], ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module
     doc). Only the softmax runs go through in blocks; the linear runs read C of the whole batch."""
     base2 = bool(plan and plan.base2)
-    a, parts = _tilts(query, U), []
-    if S:
+    a, parts, C = _tilts(query, U), [], None
+    if _native(plan, prompt):
+        softmax_part, C = _native_readout(a, u, prompt, S, second=S < U.shape[0])
+        parts.append(softmax_part)
+    elif S:
         parts.append(_blockwise(lambda c, z: _softmax_readout(c, z, u[:S], S, base2), _columns(a, u, S, base2),
                                 prompt, S, plan))
     if S < U.shape[0]:
-        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt)))
+        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt) if C is None else C))
     if len(parts) == 1:
         return parts[0]
     return tuple(torch.cat(x, dim=1) for x in zip(*parts))

@@ -7,7 +7,7 @@ exponential is exp or exp2 of log₂e-scaled scores (which is faster depends on 
 machine. Like the attention kernel (:mod:`largeprompt.kernel.autotune`), a plan is fixed once per machine and
 regime (dtype, device, D, softmax runs S, prompt length L and batch B, counts rounded up to powers of two):
 
-1. ``LARGEPROMPT_TRAINING_PLAN=block=<n>,exp=e|2`` in the environment wins;
+1. ``LARGEPROMPT_TRAINING_PLAN=block=<n>,exp=e|2[,readout=native]`` in the environment wins;
 2. else this process's earlier choice (kept with the attention kernels': :func:`largeprompt.kernel.autotune.forget`
    drops both), else the per-machine cache (the attention kernels' file);
 3. else every candidate is timed on a synthetic step of the regime (at most TUNING_BATCH prompts; best CPU time of
@@ -28,11 +28,11 @@ import torch
 
 from largeprompt.icl import models
 from largeprompt.icl.engine import stacked
-from largeprompt.kernel import autotune
+from largeprompt.kernel import autotune, native
 from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
-PLAN_REVISION = 3  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
+PLAN_REVISION = 4  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
 BLOCKS = (4, 8, 16, 32, 64, 128)  # candidate prompts per block (powers of two: the tuned regime's batch rounds up)
 ROUNDS = 3
 TUNING_BATCH = 256  # prompts of the synthetic step: a block's speed does not depend on the batch around it, and a
@@ -48,10 +48,12 @@ def regime_key(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype, 
 
 
 def candidates(n_softmax: int, batch: int) -> list[stacked.Plan]:
-    """Every block up to the batch, in both bases (linear runs only: no exponential)."""
+    """Every block up to the batch, in both bases (linear runs only: no exponential), and the native readout where
+    this machine builds it (:mod:`largeprompt.kernel.native`; it streams every prompt: no blocks, base 2)."""
     blocks = [b for b in BLOCKS if b < batch] + [batch]
     bases = (False, True) if n_softmax else (False,)
-    return [stacked.Plan(b, base2) for b in blocks for base2 in bases]
+    plans = [stacked.Plan(b, base2) for b in blocks for base2 in bases]
+    return plans + ([stacked.Plan(batch, bool(n_softmax), native=True)] if native.library() is not None else [])
 
 
 def time_plans(plans, n_softmax: int, prompt_length: int, batch: int, dim: int, dtype) -> dict[stacked.Plan, float]:

@@ -1,0 +1,110 @@
+"""The native softmax readout of the stacked engine (``stacked_readout.c``; docs/performance.md#native-readout).
+
+One pass over each prompt gives every softmax run's mean Σ e z / Z and tilted mean Σ e w z / Z, and the prompt's
+second moment Σ z zᵀ / L, without the rows [B, 2S, L] that the torch path writes and reads five times. The C
+source ships with the package and is compiled once per machine by the system's C compiler (``$CC``, else
+``cc``) with ``-O3 -march=native``, into ``~/.cache/largeprompt/native/`` under a name that hashes the source,
+the flags, the compiler's version and the machine. Where there is no compiler, the build fails, or
+``LARGEPROMPT_NATIVE=0``, :func:`library` is None and the engine's tuning never offers the native plan.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+import warnings
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from largeprompt.kernel import autotune
+from largeprompt.kernel.kernel_cache import cache_file, locked
+
+ENV_NATIVE = "LARGEPROMPT_NATIVE"
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-std=gnu11")
+MAX_DIM = 8  # token dimensions 2…8 are compiled in
+_P, _I64, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+ENTRY = {torch.float32: "stacked_readout_float", torch.float64: "stacked_readout_double"}
+
+
+def source() -> str:
+    return resources.files("largeprompt.kernel").joinpath("stacked_readout.c").read_text()
+
+
+def _compiler() -> str:
+    return os.environ.get("CC", "cc")
+
+
+def _build_name(compiler: str) -> str:
+    """The library's file name: a hash of the source, the flags, the compiler's version and the machine."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    digest = hashlib.sha256("\n".join([source(), " ".join(FLAGS), version, autotune.cpu_model()]).encode())
+    return f"stacked_readout-{digest.hexdigest()[:16]}.so"
+
+
+def _compile(compiler: str, target: Path) -> None:
+    """Compile to a temporary file next to ``target``, then rename (a killed build leaves no library)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src = Path(tmp) / "stacked_readout.c"
+        src.write_text(source())
+        out = Path(tmp) / target.name
+        done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(out, target)
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The compiled readout (built on first use, under the kernel cache's lock), or None where it cannot be."""
+    if os.environ.get(ENV_NATIVE, "1").strip() == "0":
+        return None
+    compiler = _compiler()
+    try:
+        folder = cache_file().parent / "native"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / _build_name(compiler)
+        with locked(folder / ".lock"):
+            if not target.exists():
+                _compile(compiler, target)
+        lib = ctypes.CDLL(str(target))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        warnings.warn(f"native readout unavailable ({exc}); the engine uses torch. Install a C compiler (e.g. "
+                      f"apt-get install gcc) or set CC, or set {ENV_NATIVE}=0 to silence this", stacklevel=2)
+        return None
+    for name in ENTRY.values():
+        fn = getattr(lib, name)
+        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P]
+        fn.restype = _I
+    return lib
+
+
+def supports(prompt: torch.Tensor) -> bool:
+    """Whether ``prompt`` [B, L, D] can go through the native readout: CPU, float32 or float64, 2 ≤ D ≤ MAX_DIM,
+    tokens of each feature consecutive in memory (the feature-major layout of the engine's draws)."""
+    return (prompt.device.type == "cpu" and prompt.dtype in ENTRY and 2 <= prompt.shape[-1] <= MAX_DIM
+            and (prompt.stride(1) == 1 or prompt.shape[1] == 1) and prompt.shape[1] > 0)
+
+
+def stacked_readout(prompt: torch.Tensor, tilt: torch.Tensor, values: torch.Tensor, *, tilted: bool, second: bool):
+    """(mean [B, S, D], tilted mean [B, S, D] or None, second moment [B, D, D] or None) of prompt [B, L, D] (see
+    :func:`supports`) under the base-2 tilts ``tilt`` [B, S, D] (log₂e·a) and value directions ``values`` [S, D]."""
+    lib = library()
+    if lib is None or not supports(prompt):
+        raise ValueError("native readout: no library, or a prompt it does not take (check supports() first)")
+    B, L, D = prompt.shape
+    S = tilt.shape[1]
+    tilt, values = tilt.contiguous(), values.contiguous()
+    mean = prompt.new_empty(B, S, D)
+    tilted_mean = prompt.new_empty(B, S, D) if tilted else None
+    moment = prompt.new_empty(B, D, D) if second else None
+    code = getattr(lib, ENTRY[prompt.dtype])(
+        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, S, tilt.data_ptr(), values.data_ptr(),
+        mean.data_ptr(), tilted_mean.data_ptr() if tilted else None, moment.data_ptr() if second else None)
+    if code:
+        raise ValueError(f"native readout: token dimension {D} outside 2…{MAX_DIM}")
+    return mean, tilted_mean, moment
