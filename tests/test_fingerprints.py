@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from helpers import REPO, run, snakemake_cmd
-from largeprompt.io.fingerprints import is_plumbing, markdown_table, reached, rerun_table
+from largeprompt.io.fingerprints import is_plumbing, markdown_table, parse_module, reached, rerun_table
 
 SCRIPTS = REPO / "workflow" / "scripts"
 TABLE_START = "<!-- rerun table: python -m largeprompt.io.fingerprints -->"
@@ -25,6 +25,19 @@ def test_a_rule_reaches_only_the_code_it_runs():
         assert not any(is_plumbing(m) for m in modules), script.name  # logs, Parquet, provenance never count
         if script.stem.startswith("plot_"):
             assert all(m.startswith(("largeprompt.plots", "workflow.")) for m in modules), script.name
+
+
+def test_the_c_code_a_module_compiles_counts_as_its_source_constant(tmp_path):
+    """The native readout's C text is part of C_SOURCE's definition, so editing it reruns the training rules."""
+    assert "C_SOURCE" in reached(SCRIPTS / "train.py")["largeprompt.kernel.native"]
+    kernel = REPO / "src" / "largeprompt" / "kernel"
+    shutil.copy(kernel / "native.py", tmp_path / "native.py")
+    (tmp_path / "stacked_readout.c").write_text((kernel / "stacked_readout.c").read_text())
+    before = parse_module("copy.native", tmp_path / "native.py").units
+    (tmp_path / "stacked_readout.c").write_text((kernel / "stacked_readout.c").read_text() + "\n/* edited */\n")
+    after = parse_module("copy.native", tmp_path / "native.py").units
+    assert after["C_SOURCE"] != before["C_SOURCE"] and {n: u for n, u in after.items() if n != "C_SOURCE"} == \
+        {n: u for n, u in before.items() if n != "C_SOURCE"}
 
 
 def test_the_rerun_table_in_the_docs_is_current():

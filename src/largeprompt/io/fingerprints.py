@@ -8,7 +8,9 @@ of the definitions reached in that file (syntax trees without docstrings, so com
 count). Editing a function reruns exactly the rules that reach it, and Snakemake's rerun reason names its
 file. :mod:`largeprompt.io` is plumbing (Parquet writing, provenance, logs, progress bars, params): never
 followed, never fingerprinted, since it cannot change a number. A module's statements that are not
-definitions (``matplotlib.use(...)``, say) count wherever any of its definitions is reached.
+definitions (``matplotlib.use(...)``, say) count wherever any of its definitions is reached. Code in another
+language that a module builds is named by a constant ``*_SOURCE = "<file>"`` next to it; the file's whole text
+counts as that constant's definition.
 
 ``python -m largeprompt.io.fingerprints`` prints the table of docs/architecture.md#rerun-table: for each
 module, the rules its code reaches.
@@ -29,6 +31,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PLUMBING = (f"{PACKAGE}.io",)  # packages whose code cannot change a number
 PREAMBLE = "<module>"  # the key of a module's statements that are not definitions
 CODE_PREFIX = "code:"
+FOREIGN_SUFFIX = "_SOURCE"  # a constant NAME_SOURCE = "<file>" makes that file's text part of its definition
 
 
 def module_file(name: str) -> Path | None:
@@ -135,6 +138,16 @@ def _references(mod: Module, node: ast.AST, local: set[str]) -> set[tuple[str, s
 
 
 @functools.cache
+def _foreign_source(path: Path, name: str, node: ast.stmt) -> str:
+    """The text of the file that a constant ``*_SOURCE = "<file>"`` names next to its module (e.g. C code that the
+    module compiles): it counts as that constant's definition; '' for any other definition."""
+    if not (name.endswith(FOREIGN_SUFFIX) and isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)):
+        return ""
+    foreign = path.parent / node.value.value
+    return foreign.read_text() if foreign.is_file() else ""
+
+
 def parse_module(name: str, path: Path | None = None) -> Module:
     """The :class:`Module` of ``name`` (or of a script at ``path``, named ``name``)."""
     path = path or module_file(name)
@@ -150,7 +163,7 @@ def parse_module(name: str, path: Path | None = None) -> Module:
         if not names:
             preamble.append(node)
         for n in names:
-            mod.units[n] = mod.units.get(n, "") + ast.dump(node, annotate_fields=False)
+            mod.units[n] = mod.units.get(n, "") + ast.dump(node, annotate_fields=False) + _foreign_source(path, n, node)
             mod.refs.setdefault(n, set()).update(_references(mod, node, local))
     if preamble:
         mod.units[PREAMBLE] = "".join(ast.dump(n, annotate_fields=False) for n in preamble)

@@ -25,6 +25,7 @@ from largeprompt.kernel import autotune
 from largeprompt.kernel.kernel_cache import cache_file, locked
 
 ENV_NATIVE = "LARGEPROMPT_NATIVE"
+C_SOURCE = "stacked_readout.c"  # fingerprinted with this constant (largeprompt.io.fingerprints)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-std=gnu11")
 MAX_DIM = 8  # token dimensions 2…8 are compiled in
 _P, _I64, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -32,7 +33,7 @@ ENTRY = {torch.float32: "stacked_readout_float", torch.float64: "stacked_readout
 
 
 def source() -> str:
-    return resources.files("largeprompt.kernel").joinpath("stacked_readout.c").read_text()
+    return resources.files("largeprompt.kernel").joinpath(C_SOURCE).read_text()
 
 
 def _compiler() -> str:
@@ -49,7 +50,7 @@ def _build_name(compiler: str) -> str:
 def _compile(compiler: str, target: Path) -> None:
     """Compile to a temporary file next to ``target``, then rename (a killed build leaves no library)."""
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / "stacked_readout.c"
+        src = Path(tmp) / C_SOURCE
         src.write_text(source())
         out = Path(tmp) / target.name
         done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], capture_output=True, text=True, timeout=300)
