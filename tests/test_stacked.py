@@ -6,6 +6,7 @@ from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.engine import stacked
 from largeprompt.icl.task import RegressionTask
+from largeprompt.kernel import native
 from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import sum_tolerance
 
@@ -96,3 +97,31 @@ def test_a_plan_reads_back_from_its_text_and_bad_text_says_the_format():
     for bad in ("block=0,exp=2", "block=x", "exp=2", "block=4,exp=3", "block=4,tile=2"):
         with pytest.raises(ValueError, match="block=<positive integer>,exp=e|2"):
             stacked.Plan.parse(bad)
+
+
+def test_a_whitened_draw_is_the_same_draw_and_the_frame_moves_into_the_weights():
+    """sample_whitened consumes the same numbers as sample: T z' is the prompt, query and target agree; a step on
+    (z', T) gives the loss and gradients of the step on z, with both readouts (docs/experiments.md#whitened-draw)."""
+    task = RegressionTask(toeplitz_covariance(3, 0.5), 0.5, 0.2)
+    L, B = 30, 16
+    query, prompt, target = task.sample(B, L, stream_generator(8, "test/whitened"))
+    q_w, p_w, t_w, frame = task.sample_whitened(B, L, stream_generator(8, "test/whitened"))
+    tol = sum_tolerance(4, 10.0, torch.float64)  # |C||g| ≤ 10 for these draws, 4 terms per entry
+    assert torch.allclose(p_w @ frame.T, prompt, rtol=0, atol=tol) and torch.allclose(q_w, query, rtol=0, atol=tol)
+    assert torch.allclose(t_w, target, rtol=0, atol=tol)
+    runs = _runs(4, 4, stream_generator(9, "test/multirun/init"))
+    stack = stacked.RunStack.from_parameters(runs, [True, False, True, False])
+    plans = [None] + ([stacked.Plan(B, True, native=True)] if native.library() is not None else [])
+    for plan in plans:
+        loss, grads = stacked.loss_and_gradients(stack, query, prompt, target, plan)
+        loss_w, grads_w = stacked.loss_and_gradients(stack, q_w, p_w, t_w, plan, frame)
+        bound = sum_tolerance(B * L * 4 * 4, 1.0, torch.float64) * max(1.0, float(loss.max()))
+        assert torch.allclose(loss_w, loss, rtol=0, atol=bound), plan
+        for name in grads:
+            assert torch.allclose(grads_w[name], grads[name], rtol=0, atol=bound), (plan, name)
+
+
+def test_bounded_measures_draw_no_frame():
+    task = RegressionTask(torch.eye(3, dtype=torch.float64), 0.5, 0.2, "rademacher")
+    *_, frame = task.sample_whitened(4, 5, stream_generator(10, "test/whitened"))
+    assert frame is None

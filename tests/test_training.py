@@ -134,8 +134,8 @@ def test_models_share_weights_and_batches_and_replicates_do_not(monkeypatch):
 
     monkeypatch.setattr(PromptLengthTrainer, "advance", spy)
     seen = []
-    real_batch = trainer_module.batch
-    monkeypatch.setattr(trainer_module, "batch", lambda *a, **k: seen.append(a[2:4]) or real_batch(*a, **k))
+    real_batch = trainer_module.whitened_batch
+    monkeypatch.setattr(trainer_module, "whitened_batch", lambda *a, **k: seen.append(a[2:4]) or real_batch(*a, **k))
     specs = run_specs(["softmax", "linear"], [0, 1], [1])
     frame = make_trainer(specs, [constant_schedule(0.1, 0.5)] * len(specs)).run(held_out())
     # one batch per (stream, step), drawn by the trainer itself: every run of a stream takes the same one

@@ -19,7 +19,7 @@ from largeprompt.core.devices import DTYPES
 from largeprompt.core.seeding import DRAWN, stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.engine.loop import PromptLengthTrainer
-from largeprompt.icl.engine.runs import batch, initial_parameters, run_specs, test_losses
+from largeprompt.icl.engine.runs import batch, initial_parameters, run_specs, test_losses, whitened_batch
 from largeprompt.icl.engine.stacked import RunStack
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.test_set import load_test_set
@@ -119,9 +119,9 @@ def floor(prompt_length: int, dtype=torch.float32):
 
 
 def draw(prompt_length: int, dtype=torch.float32):
-    """The engine's draw alone: training.batch (RegressionTask.sample on a counter-based stream)."""
+    """The engine's draw alone: runs.whitened_batch (RegressionTask.sample_whitened on a counter-based stream)."""
     task, counter = regression_task(TASK), iter(range(10**9))
-    return lambda: batch(task, 0, 0, next(counter), BATCH, prompt_length, dtype, "cpu")
+    return lambda: whitened_batch(task, 0, 0, next(counter), BATCH, prompt_length, dtype, "cpu")
 
 
 def test_set_loss(prompt_length: int, n_prompts: int, runs=PAPER_RUNS, dtype: str = "float32", task: dict = TASK):

@@ -69,6 +69,33 @@ class RegressionTask:
         query[:, d] = 0.0  # z_q = (x_q, 0)
         return query, tokens[:, :L], target, beta
 
+    def sample_whitened(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
+        """The draw of :meth:`sample` (same numbers, same order, same law) with the prompt left whitened:
+        (query [B, D], prompt' [B, L, D], target [B], T [D, D] or None), the prompt tokens z = T z', T = diag(C, 1).
+
+        z' = (g_x, y) with y = (Cᵀβ)ᵀg_x + σ g_y = βᵀx + σε; the query (C g_q, 0) and its target are as in
+        :meth:`sample`. The engine moves T into the weights (docs/experiments.md#whitened-draw), which saves the
+        GEMM x = C g_x over every token. T is None for the bounded measures (Λ = I: their prompt is z itself).
+        """
+        if self.token_measure != "gaussian":
+            return (*self.sample(batch, prompt_length, generator, dtype, device), None)
+        d, L = self.dim, int(prompt_length)
+        g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)  # [D, B, L+1]
+        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
+        chol = self._chol_in(dtype, device)
+        mixed = beta @ chol  # [B, d]: Cᵀβ, so that βᵀ(C g_x) = (Cᵀβ)ᵀ g_x
+        y = g[d]
+        y.mul_(self.noise_variance**0.5)
+        for j in range(d):  # y = (Cᵀβ)ᵀ g_x + σ g_y
+            y.addcmul_(g[j], mixed[:, j : j + 1])
+        tokens = g.permute(1, 2, 0)  # [B, L+1, D]
+        query = torch.zeros(batch, d + 1, dtype=dtype, device=device)
+        query[:, :d] = tokens[:, L, :d] @ chol.T  # z_q = (C g_q, 0)
+        target = tokens[:, L, d].clone()  # y_q = βᵀx_q + σε_q
+        frame = torch.zeros(d + 1, d + 1, dtype=dtype, device=device)
+        frame[:d, :d], frame[d, d] = chol, 1.0
+        return query, tokens[:, :L], target, frame
+
     def _chol_in(self, dtype, device):
         """C in ``dtype`` on ``device`` (cached: training draws in one dtype)."""
         key = (dtype, str(device))

@@ -12,7 +12,7 @@ import torch
 
 from largeprompt.core.devices import DTYPES
 from largeprompt.icl.engine import stacked, tuning
-from largeprompt.icl.engine.runs import RunSpec, TrainingDiverged, batch, initial_parameters, log_row, test_losses
+from largeprompt.icl.engine.runs import RunSpec, TrainingDiverged, initial_parameters, log_row, test_losses, whitened_batch
 from largeprompt.icl.task import RegressionTask
 
 
@@ -113,12 +113,12 @@ class PromptLengthTrainer:
 
     def advance(self, stream: int, runs: list[int]) -> list[int]:
         """One SGD step of ``runs`` (all on batch stream ``stream``); returns the runs that diverged."""
-        query, prompt, target = batch(self.task, self.base_seed, stream, self.step, self.batch_size, self.L,
-                                      self.dtype, self.device)
+        query, prompt, target, frame = whitened_batch(self.task, self.base_seed, stream, self.step, self.batch_size,
+                                                      self.L, self.dtype, self.device)
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, self._plan(runs))
+        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, self._plan(runs), frame)
         values = loss.double().cpu().numpy()
         diverged = []
         for r, value in zip(runs, values):

@@ -68,6 +68,15 @@ def batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_si
     return query.to(device), prompt.to(device), target.to(device)
 
 
+def whitened_batch(task: RegressionTask, base_seed: int, stream: int, step: int, batch_size: int, prompt_length: int,
+                   dtype, device):
+    """The engine's batch ``step`` of ``stream``: :func:`batch`'s numbers with the prompt whitened, (query, prompt',
+    target, T or None) (:meth:`largeprompt.icl.task.RegressionTask.sample_whitened`)."""
+    gen = batch_generator(base_seed, stream, step, dtype)
+    query, prompt, target, frame = task.sample_whitened(batch_size, prompt_length, gen, dtype=dtype)
+    return query.to(device), prompt.to(device), target.to(device), None if frame is None else frame.to(device)
+
+
 def test_losses(stack: stacked.RunStack, test_set, batch_size: int = 128) -> np.ndarray:
     """MSE [R] of every run on the fixed test set (query [N, D], prompt [N, L, D], target [N]), with the machine's
     plan for training batches of ``batch_size`` (:mod:`largeprompt.icl.engine.tuning`)."""

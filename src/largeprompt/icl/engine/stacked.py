@@ -234,10 +234,16 @@ def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
     return tuple(torch.cat(x, dim=1) for x in zip(*parts))
 
 
-def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None = None):
-    """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically (``plan``: how, not what)."""
+def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None = None, frame=None):
+    """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically (``plan``: how, not what).
+
+    ``frame`` T [D, D]: the prompt is given whitened, its tokens z = T z' (a whitened draw). Scores and values
+    read z·a = z'·Tᵀa, so the step runs on U' = TᵀU and u' = Tᵀu, and the moments it returns are T⁻¹ times the
+    true ones: ∇U = T ∇U' and ∇u = T ∇u' (docs/experiments.md#whitened-draw)."""
     B, L, D = prompt.shape
     U, u, back, S = _attention_in_order(stack)
+    if frame is not None:
+        U, u = frame.mT @ U, u @ frame
     R = U.shape[0]
     prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S, plan)
     residual = prediction - target.unsqueeze(-1)  # [B, R]
@@ -245,6 +251,8 @@ def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None
     loss = (residual * residual).mean(0)  # [R]
     grad_U = ((for_a * g).reshape(B, R * D).T @ query).view(R, D, D) / math.sqrt(D)  # Σ_b ∇a_rb q_bᵀ/√D
     grad_u = (for_u * g).sum(0)  # [R, D]
+    if frame is not None:
+        grad_U, grad_u = frame @ grad_U, grad_u @ frame.mT
     if back is not None:  # back to the stack's order
         loss, grad_U, grad_u = loss[back], grad_U[back], grad_u[back]
     grads = {
