@@ -1,7 +1,9 @@
-"""The native softmax readout of the stacked engine (``stacked_readout.c``; docs/performance.md#native-readout).
+"""The native readout of the stacked engine (``stacked_readout.c``; docs/performance.md#native-readout).
 
-One pass over each prompt gives every softmax run's mean Σ e z / Z and tilted mean Σ e w z / Z, and the prompt's
-second moment Σ z zᵀ / L, without the rows [B, 2S, L] that the torch path writes and reads five times. The C
+One pass over each prompt gives every run's prediction and the two moments its gradient is made of (softmax runs:
+m = Σ e z / Z and n − ŷm with n = Σ e w z / Z; linear runs: Cu and Ca from C = Σ z zᵀ / L), in the stack's order
+and in the true frame of a whitened prompt, without the rows [B, 2S, L] that the torch path writes and reads five
+times, and in one call instead of some twenty torch calls. The C
 source ships with the package and is compiled once per machine by the system's C compiler (``$CC``, else
 ``cc``) with ``-O3 -march=native``, into ``~/.cache/largeprompt/native/`` under a name that hashes the source,
 the flags, the compiler's version and the machine. Where there is no compiler, the build fails, or
@@ -79,7 +81,7 @@ def library() -> ctypes.CDLL | None:
         return None
     for name in ENTRY.values():
         fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P]
+        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]
         fn.restype = _I
     return lib
 
@@ -91,21 +93,26 @@ def supports(prompt: torch.Tensor) -> bool:
             and (prompt.stride(1) == 1 or prompt.shape[1] == 1) and prompt.shape[1] > 0)
 
 
-def stacked_readout(prompt: torch.Tensor, tilt: torch.Tensor, values: torch.Tensor, *, tilted: bool, second: bool):
-    """(mean [B, S, D], tilted mean [B, S, D] or None, second moment [B, D, D] or None) of prompt [B, L, D] (see
-    :func:`supports`) under the base-2 tilts ``tilt`` [B, S, D] (log₂e·a) and value directions ``values`` [S, D]."""
+def readout(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.Tensor, softmax: torch.Tensor, frame=None, *,
+            gradients: bool = True):
+    """(ŷ [B, R], ∇a-moment [B, R, D], ∇u-moment [B, R, D]) of every run (module doc; the moments None unless
+    ``gradients``) on prompt [B, L, D] (see :func:`supports`), tokens z = T z' with T = ``frame`` [D, D] (None: I),
+    tilts a = U q [B, R, D], value directions u [R, D] and ``softmax`` [R] (bool: softmax, else linear)."""
     lib = library()
     if lib is None or not supports(prompt):
         raise ValueError("native readout: no library, or a prompt it does not take (check supports() first)")
     B, L, D = prompt.shape
-    S = tilt.shape[1]
-    tilt, values = tilt.contiguous(), values.contiguous()
-    mean = prompt.new_empty(B, S, D)
-    tilted_mean = prompt.new_empty(B, S, D) if tilted else None
-    moment = prompt.new_empty(B, D, D) if second else None
+    R = tilts.shape[1]
+    tilts, values = tilts.contiguous(), values.contiguous()
+    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
+    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+    prediction = prompt.new_empty(B, R)
+    for_a = prompt.new_empty(B, R, D) if gradients else None
+    for_u = prompt.new_empty(B, R, D) if gradients else None
     code = getattr(lib, ENTRY[prompt.dtype])(
-        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, S, tilt.data_ptr(), values.data_ptr(),
-        mean.data_ptr(), tilted_mean.data_ptr() if tilted else None, moment.data_ptr() if second else None)
+        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, R, flags.data_ptr(), tilts.data_ptr(),
+        values.data_ptr(), None if frame is None else frame.data_ptr(), prediction.data_ptr(),
+        for_a.data_ptr() if gradients else None, for_u.data_ptr() if gradients else None)
     if code:
         raise ValueError(f"native readout: token dimension {D} outside 2…{MAX_DIM}")
-    return mean, tilted_mean, moment
+    return prediction, for_a, for_u

@@ -1,16 +1,19 @@
-/* The stacked engine's softmax readout in one pass over each prompt (docs/performance.md#native-readout).
+/* The stacked engine's readout of every run in one pass over each prompt (docs/performance.md#native-readout).
 
-   For prompt b (tokens z_i ∈ R^D, i < L, stored feature by feature: z_ij at p + b·bs + j·fs + i) and run r
-   (tilt a_br, already scaled by log₂e, and value direction u_r):
+   Prompt b holds tokens z'_i ∈ R^D, i < L, stored feature by feature (z'_ij at p + b·bs + j·fs + i); the true
+   tokens are z = T z' (T the frame of a whitened draw, or I). Run r has tilt a_br = U_r q_b and value direction
+   u_r; in the prompt's frame a' = Tᵀa and u' = Tᵀu, so that s_i = a·z_i = a'·z'_i and w_i = u'·z'_i.
 
-     s_i = a_br·z_i,  w_i = u_r·z_i,  e_i = 2^(s_i − M),  Z = Σ e_i,
-     mean_br = Σ e_i z_i / Z,  tilted_br = Σ e_i w_i z_i / Z,
+   softmax run (tilt scaled by log₂e, e_i = 2^(s_i − M), M the running maximum, Z = Σ e_i):
+     m' = Σ e z' / Z,  n' = Σ e w z' / Z,  ŷ = u'·m',  ∇a-moment = T (n' − ŷ m'),  ∇u-moment = T m';
+   linear run (C' = Σ z' z'ᵀ / L, once per prompt):
+     ŷ = a'·C'u',  ∇a-moment = T C'u',  ∇u-moment = T C'a'.
 
-   M the running maximum of the scores (rescaled chunk by chunk, so that nothing overflows), and once per prompt
-   second_b = Σ z_i z_iᵀ / L. A chunk's scores stay in L1; the sums are kept in vector lanes and added across
-   lanes in a fixed order, so a result depends only on the inputs. 2^x (x ≤ 0) is the Taylor polynomial of 2^f,
-   f = x − k ∈ [−½, ½], times 2^k set in the exponent bits: relative error below 1.5e-8 (float), 4e-17
-   (double). GCC vector extensions: 64-byte vectors where AVX-512 is there, else 32-byte ones. */
+   A softmax run's scores stay in a chunk of CHUNK_VECTORS vectors in L1, rescaled when the maximum grows, so
+   nothing overflows; sums are kept in vector lanes and added across lanes in a fixed order, so a result depends
+   only on the inputs. 2^x (x ≤ 0) is the Taylor polynomial of 2^f, f = x − k ∈ [−½, ½], times 2^k set in the
+   exponent bits: relative error below 1.5e-8 (float), 4e-17 (double). GCC vector extensions: 64-byte vectors
+   where AVX-512 is there, else 32-byte ones. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #define VBYTES 32
 #endif
 #define CHUNK_VECTORS 16
+#define MAX_D 8
 
 typedef float vf __attribute__((vector_size(VBYTES)));
 typedef int32_t vfi __attribute__((vector_size(VBYTES)));
@@ -28,6 +32,7 @@ typedef double vd __attribute__((vector_size(VBYTES)));
 typedef int64_t vdi __attribute__((vector_size(VBYTES)));
 #define NF (VBYTES / 4)
 #define ND (VBYTES / 8)
+#define LOG2E 1.4426950408889634
 
 static inline vf exp2_vf(vf x) {
     const vf lo = (vf){} - 125.0f;
@@ -60,29 +65,39 @@ static inline vd exp2_vd(vd x) {
     return p * (vd)((k + 1023) << 52);
 }
 
-static inline float hsum_vf(vf v) {
-    float s = 0.0f;
-    for (int l = 0; l < NF; l++) s += v[l];
-    return s;
-}
-static inline double hsum_vd(vd v) {
-    double s = 0.0;
-    for (int l = 0; l < ND; l++) s += v[l];
-    return s;
-}
-static inline float hmax_vf(vf v) {
-    float s = v[0];
-    for (int l = 1; l < NF; l++) s = v[l] > s ? v[l] : s;
-    return s;
-}
-static inline double hmax_vd(vd v) {
-    double s = v[0];
-    for (int l = 1; l < ND; l++) s = v[l] > s ? v[l] : s;
-    return s;
-}
-
-/* A vector of consecutive tokens of one feature, at any alignment. */
-static inline vf load_vf(const float *ptr) {
+/* Sums and maxima across lanes by halving (a fixed tree: the same order on every call). */
+#ifdef __clang__
+#define SHUFFLE(v, idx) __builtin_shufflevector(v, v, idx)
+#else
+#define SHUFFLE(v, idx) __builtin_shuffle(v, idx)
+#endif
+#if VBYTES == 64
+#define HALVES_F ((vfi){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7})
+#define QUARTERS_F ((vfi){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11})
+#define PAIRS_F ((vfi){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13})
+#define SINGLES_F ((vfi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14})
+#define HALVES_D ((vdi){4, 5, 6, 7, 0, 1, 2, 3})
+#define PAIRS_D ((vdi){2, 3, 0, 1, 6, 7, 4, 5})
+#define SINGLES_D ((vdi){1, 0, 3, 2, 5, 4, 7, 6})
+#define FOLD_F(v, OP) (v = OP(v, SHUFFLE(v, HALVES_F)), v = OP(v, SHUFFLE(v, QUARTERS_F)), v = OP(v, SHUFFLE(v, PAIRS_F)), v = OP(v, SHUFFLE(v, SINGLES_F)))
+#define FOLD_D(v, OP) (v = OP(v, SHUFFLE(v, HALVES_D)), v = OP(v, SHUFFLE(v, PAIRS_D)), v = OP(v, SHUFFLE(v, SINGLES_D)))
+#else
+#define HALVES_F ((vfi){4, 5, 6, 7, 0, 1, 2, 3})
+#define PAIRS_F ((vfi){2, 3, 0, 1, 6, 7, 4, 5})
+#define SINGLES_F ((vfi){1, 0, 3, 2, 5, 4, 7, 6})
+#define HALVES_D ((vdi){2, 3, 0, 1})
+#define SINGLES_D ((vdi){1, 0, 3, 2})
+#define FOLD_F(v, OP) (v = OP(v, SHUFFLE(v, HALVES_F)), v = OP(v, SHUFFLE(v, PAIRS_F)), v = OP(v, SHUFFLE(v, SINGLES_F)))
+#define FOLD_D(v, OP) (v = OP(v, SHUFFLE(v, HALVES_D)), v = OP(v, SHUFFLE(v, SINGLES_D)))
+#endif
+#define ADD(x, y) ((x) + (y))
+#define MAXF(x, y) ((vf)(((vfi)(x) & ~((x) < (y))) | ((vfi)(y) & ((x) < (y)))))
+#define MAXD(x, y) ((vd)(((vdi)(x) & ~((x) < (y))) | ((vdi)(y) & ((x) < (y)))))
+static inline float hsum_vf(vf v) { return FOLD_F(v, ADD), v[0]; }
+static inline double hsum_vd(vd v) { return FOLD_D(v, ADD), v[0]; }
+static inline float hmax_vf(vf v) { return FOLD_F(v, MAXF), v[0]; }
+static inline double hmax_vd(vd v) { return FOLD_D(v, MAXD), v[0]; }
+static inline vf load_vf(const float *ptr) { /* consecutive tokens of one feature, at any alignment */
     vf v;
     memcpy(&v, ptr, sizeof v);
     return v;
@@ -92,127 +107,190 @@ static inline vd load_vd(const double *ptr) {
     memcpy(&v, ptr, sizeof v);
     return v;
 }
-#define LOADV(V, ptr) _Generic((ptr), const float *: load_vf, float *: load_vf, const double *: load_vd, double *: load_vd)(ptr)
 
-/* One prompt, every run, D a compile-time constant. z[j] → feature j's L tokens (the tail padded in pad). */
-#define DEFINE_PROMPT(NAME, T, V, VI, N, EXP2, HSUM, HMAX, DD)                                                    \
-    static void NAME(const T *const *z, const T *pad, int L, int S, const T *a, const T *u, T *mean, T *tilted,  \
-                     T *second) {                                                                                 \
-        const int full = L / N, vectors = (L + N - 1) / N;                                                        \
-        VI tail_mask;                                                                                             \
-        for (int l = 0; l < N; l++) tail_mask[l] = l < L - full * N ? -1 : 0;                                     \
-        V s[CHUNK_VECTORS];                                                                                       \
-        for (int r = 0; r < S; r++) {                                                                             \
-            const T *ar = a + r * DD, *ur = u + r * DD;                                                           \
-            V Z = {}, m[DD] = {}, t[DD] = {};                                                                     \
-            T top = -INFINITY;                                                                                    \
-            for (int c0 = 0; c0 < vectors; c0 += CHUNK_VECTORS) {                                                 \
-                const int c1 = c0 + CHUNK_VECTORS < vectors ? c0 + CHUNK_VECTORS : vectors;                       \
-                V high = (V){} - INFINITY;                                                                        \
-                for (int k = c0; k < c1; k++) {                                                                   \
-                    V sc = {};                                                                                    \
-                    for (int j = 0; j < DD; j++)                                                                  \
-                        sc += ar[j] * (k < full ? LOADV(V, z[j] + k * N) : LOADV(V, pad + j * N));                \
-                    if (k >= full) sc = (V)(((VI)sc & tail_mask) | ((VI)high & ~tail_mask));              \
-                    s[k - c0] = sc;                                                                               \
-                    high = (V)(((VI)high & ~(high < sc)) | ((VI)sc & (high < sc)));                               \
-                }                                                                                                 \
-                const T chunk_top = HMAX(high);                                                                   \
-                if (chunk_top > top) { /* rescale what was summed under the old maximum */                        \
-                    const T factor = top == -INFINITY ? (T)0 : EXP2((V){} + (top - chunk_top))[0];                \
-                    Z *= factor;                                                                                  \
-                    for (int j = 0; j < DD; j++) m[j] *= factor, t[j] *= factor;                                  \
-                    top = chunk_top;                                                                              \
-                }                                                                                                 \
-                for (int k = c0; k < c1; k++) {                                                                   \
-                    V e = EXP2(s[k - c0] - top), w = {};                                                          \
-                    if (k >= full) e = (V)((VI)e & tail_mask);                                                \
-                    const T *base = k < full ? 0 : pad;                                                           \
-                    V zk[DD];                                                                                     \
-                    for (int j = 0; j < DD; j++) zk[j] = base ? LOADV(V, pad + j * N) : LOADV(V, z[j] + k * N);   \
-                    for (int j = 0; j < DD; j++) w += ur[j] * zk[j];                                              \
-                    Z += e;                                                                                       \
-                    const V ew = e * w;                                                                           \
-                    for (int j = 0; j < DD; j++) m[j] += e * zk[j];                                               \
-                    if (tilted)                                                                                   \
-                        for (int j = 0; j < DD; j++) t[j] += ew * zk[j];                                          \
-                }                                                                                                 \
-            }                                                                                                     \
-            const T total = HSUM(Z);                                                                              \
-            for (int j = 0; j < DD; j++) {                                                                        \
-                mean[r * DD + j] = HSUM(m[j]) / total;                                                            \
-                if (tilted) tilted[r * DD + j] = HSUM(t[j]) / total;                                              \
-            }                                                                                                     \
-        }                                                                                                         \
-        if (!second) return;                                                                                      \
-        V acc[DD][DD] = {};                                                                                       \
-        for (int k = 0; k < vectors; k++) {                                                                       \
-            V zk[DD];                                                                                             \
-            for (int j = 0; j < DD; j++) zk[j] = k < full ? LOADV(V, z[j] + k * N) : LOADV(V, pad + j * N);       \
-            for (int j = 0; j < DD; j++)                                                                          \
-                for (int i = j; i < DD; i++) acc[j][i] += zk[j] * zk[i];                                          \
-        }                                                                                                         \
-        for (int j = 0; j < DD; j++)                                                                              \
-            for (int i = j; i < DD; i++) second[j * DD + i] = second[i * DD + j] = HSUM(acc[j][i]) / L;           \
+/* Vector k of feature j: from memory, or for the last, partial vector from the zero-padded copy. */
+#define ZV(LOAD, N, j, k) ((k) < full ? LOAD(z[j] + (k) * (N)) : LOAD(pad + (j) * (N)))
+
+/* One softmax run on one prompt, D = DD: m' and (if tilted) n' of the header, from the base-2 tilt and u'. */
+#define DEFINE_SOFTMAX(NAME, T, V, VI, N, LOAD, EXP2, HSUM, HMAX, DD)                                            \
+    static void NAME(const T *const *z, const T *pad, int L, const T *tilt, const T *up, T *mean, T *tilted) {   \
+        const int full = L / N, vectors = (L + N - 1) / N;                                                       \
+        VI tail_mask;                                                                                            \
+        for (int l = 0; l < N; l++) tail_mask[l] = l < L - full * N ? -1 : 0;                                    \
+        V s[CHUNK_VECTORS], Z = {}, m[DD] = {}, t[DD] = {};                                                      \
+        T top = -INFINITY;                                                                                       \
+        for (int c0 = 0; c0 < vectors; c0 += CHUNK_VECTORS) {                                                    \
+            const int c1 = c0 + CHUNK_VECTORS < vectors ? c0 + CHUNK_VECTORS : vectors;                          \
+            V high = (V){} - INFINITY;                                                                           \
+            for (int k = c0; k < c1; k++) {                                                                      \
+                V sc = {};                                                                                       \
+                for (int j = 0; j < DD; j++) sc += tilt[j] * ZV(LOAD, N, j, k);                                           \
+                if (k >= full) sc = (V)(((VI)sc & tail_mask) | ((VI)high & ~tail_mask));                         \
+                s[k - c0] = sc;                                                                                  \
+                high = (V)(((VI)high & ~(high < sc)) | ((VI)sc & (high < sc)));                                  \
+            }                                                                                                    \
+            const T chunk_top = HMAX(high);                                                                      \
+            if (chunk_top > top) { /* rescale what was summed under the old maximum */                           \
+                const T factor = top == -INFINITY ? (T)0 : EXP2((V){} + (top - chunk_top))[0];                   \
+                Z *= factor;                                                                                     \
+                for (int j = 0; j < DD; j++) m[j] *= factor, t[j] *= factor;                                     \
+                top = chunk_top;                                                                                 \
+            }                                                                                                    \
+            for (int k = c0; k < c1; k++) {                                                                      \
+                V e = EXP2(s[k - c0] - top), w = {}, zk[DD];                                                     \
+                if (k >= full) e = (V)((VI)e & tail_mask);                                                       \
+                for (int j = 0; j < DD; j++) zk[j] = ZV(LOAD, N, j, k);                                                   \
+                Z += e;                                                                                          \
+                for (int j = 0; j < DD; j++) m[j] += e * zk[j];                                                  \
+                if (!tilted) continue;                                                                           \
+                for (int j = 0; j < DD; j++) w += up[j] * zk[j];                                                 \
+                const V ew = e * w;                                                                              \
+                for (int j = 0; j < DD; j++) t[j] += ew * zk[j];                                                 \
+            }                                                                                                    \
+        }                                                                                                        \
+        const T total = HSUM(Z);                                                                                 \
+        for (int j = 0; j < DD; j++) {                                                                           \
+            mean[j] = HSUM(m[j]) / total;                                                                        \
+            if (tilted) tilted[j] = HSUM(t[j]) / total;                                                          \
+        }                                                                                                        \
     }
 
-/* Every prompt b < B of one D: gathers feature pointers, pads the tail and calls the D-specialised prompt. */
-#define DEFINE_BATCH_D(NAME, PROMPT, T, N, DD)                                                                    \
-    DEFINE_PROMPT(PROMPT, T, V_##T, VI_##T, N, EXP2_##T, HSUM_##T, HMAX_##T, DD)                                  \
-    static void NAME(const T *p, int64_t bs, int64_t fs, int B, int L, int S, const T *a, const T *u, T *mean,    \
-                     T *tilted, T *second) {                                                                      \
-        const T *z[DD];                                                                                           \
-        T pad[DD * N] __attribute__((aligned(VBYTES)));                                                           \
-        const int full = L / N;                                                                                   \
-        for (int b = 0; b < B; b++) {                                                                             \
-            for (int j = 0; j < DD; j++) {                                                                        \
-                z[j] = p + b * bs + j * fs;                                                                       \
-                for (int l = 0; l < N; l++) pad[j * N + l] = full * N + l < L ? z[j][full * N + l] : (T)0;        \
-            }                                                                                                     \
-            const int64_t rows = (int64_t)b * S * DD;                                                             \
-            PROMPT(z, pad, L, S, a + rows, u, mean + rows, tilted ? tilted + rows : 0,                            \
-                   second ? second + (int64_t)b * DD * DD : 0);                                                   \
-        }                                                                                                         \
+/* C' = Σ z' z'ᵀ / L of one prompt [DD, DD]. */
+#define DEFINE_SECOND(NAME, T, V, N, LOAD, HSUM, DD)                                                             \
+    static void NAME(const T *const *z, const T *pad, int L, T *second) {                                        \
+        const int full = L / N, vectors = (L + N - 1) / N;                                                       \
+        V acc[DD][DD] = {};                                                                                      \
+        for (int k = 0; k < vectors; k++) {                                                                      \
+            V zk[DD];                                                                                            \
+            for (int j = 0; j < DD; j++) zk[j] = ZV(LOAD, N, j, k);                                                       \
+            for (int j = 0; j < DD; j++)                                                                         \
+                for (int i = j; i < DD; i++) acc[j][i] += zk[j] * zk[i];                                         \
+        }                                                                                                        \
+        for (int j = 0; j < DD; j++)                                                                             \
+            for (int i = j; i < DD; i++) second[j * DD + i] = second[i * DD + j] = HSUM(acc[j][i]) / L;          \
+    }
+
+/* out = T v (T [D, D] row-major), or v where there is no frame. */
+#define DEFINE_FRAMED(NAME, T)                                                                                   \
+    static inline void NAME(const T *frame, const T *v, int D, T *out) {                                         \
+        for (int j = 0; j < D; j++) {                                                                            \
+            T acc = 0;                                                                                           \
+            if (!frame) acc = v[j];                                                                              \
+            else                                                                                                 \
+                for (int k = 0; k < D; k++) acc += frame[j * D + k] * v[k];                                      \
+            out[j] = acc;                                                                                        \
+        }                                                                                                        \
+    }
+DEFINE_FRAMED(framed_float, float)
+DEFINE_FRAMED(framed_double, double)
+
+/* Every run on one prompt (a [R, D] of this prompt, up = u' [R, D]); outputs this prompt's rows (for_a and for_u
+   NULL: the prediction only). */
+#define DEFINE_PROMPT(NAME, SOFTMAX, SECOND, FRAMED, T, DD)                                                      \
+    static void NAME(const T *const *z, const T *pad, int L, int R, const uint8_t *softmax, const T *a,          \
+                     const T *up, const T *frame, T *pred, T *for_a, T *for_u) {                                 \
+        T second[DD * DD], ap[DD], tilt[DD], mean[DD], tilted[DD], fa[DD], fu[DD];                               \
+        int have_second = 0;                                                                                     \
+        for (int r = 0; r < R; r++) {                                                                            \
+            const T *ur = up + r * DD;                                                                           \
+            for (int j = 0; j < DD; j++) { /* a' = Tᵀa */                                                         \
+                T acc = 0;                                                                                       \
+                if (!frame) acc = a[r * DD + j];                                                                 \
+                else                                                                                             \
+                    for (int k = 0; k < DD; k++) acc += frame[k * DD + j] * a[r * DD + k];                       \
+                ap[j] = acc;                                                                                     \
+            }                                                                                                    \
+            T y = 0;                                                                                             \
+            if (softmax[r]) {                                                                                    \
+                for (int j = 0; j < DD; j++) tilt[j] = (T)LOG2E * ap[j];                                         \
+                SOFTMAX(z, pad, L, tilt, ur, mean, for_a ? tilted : 0);                                          \
+                for (int j = 0; j < DD; j++) y += ur[j] * mean[j];                                               \
+                for (int j = 0; j < DD; j++) fa[j] = for_a ? tilted[j] - y * mean[j] : 0, fu[j] = mean[j];       \
+            } else {                                                                                             \
+                if (!have_second) SECOND(z, pad, L, second), have_second = 1;                                    \
+                for (int j = 0; j < DD; j++) {                                                                   \
+                    T cu = 0, ca = 0;                                                                            \
+                    for (int k = 0; k < DD; k++) cu += second[j * DD + k] * ur[k], ca += second[j * DD + k] * ap[k]; \
+                    fa[j] = cu, fu[j] = ca;                                                                      \
+                    y += ap[j] * cu;                                                                             \
+                }                                                                                                \
+            }                                                                                                    \
+            pred[r] = y;                                                                                         \
+            if (for_a) FRAMED(frame, fa, DD, for_a + r * DD), FRAMED(frame, fu, DD, for_u + r * DD);             \
+        }                                                                                                        \
+    }
+
+/* Every prompt b < B of one D: gathers feature pointers, pads the tail, forms u' = Tᵀu once. */
+#define DEFINE_BATCH_D(NAME, T, N, DD)                                                                           \
+    DEFINE_SOFTMAX(NAME##_softmax, T, V_##T, VI_##T, N, LOAD_##T, EXP2_##T, HSUM_##T, HMAX_##T, DD)              \
+    DEFINE_SECOND(NAME##_second, T, V_##T, N, LOAD_##T, HSUM_##T, DD)                                            \
+    DEFINE_PROMPT(NAME##_prompt, NAME##_softmax, NAME##_second, framed_##T, T, DD)                               \
+    static void NAME(const T *p, int64_t bs, int64_t fs, int B, int L, int R, const uint8_t *softmax, const T *a, \
+                     const T *u, const T *frame, T *pred, T *for_a, T *for_u) {                                  \
+        const T *z[DD];                                                                                          \
+        T pad[DD * N] __attribute__((aligned(VBYTES)));                                                          \
+        T up[R * DD + 1];                                                                                        \
+        for (int r = 0; r < R; r++)                                                                              \
+            for (int j = 0; j < DD; j++) {                                                                       \
+                T acc = 0;                                                                                       \
+                if (!frame) acc = u[r * DD + j];                                                                 \
+                else                                                                                             \
+                    for (int k = 0; k < DD; k++) acc += frame[k * DD + j] * u[r * DD + k];                       \
+                up[r * DD + j] = acc;                                                                            \
+            }                                                                                                    \
+        const int full = L / N;                                                                                  \
+        for (int b = 0; b < B; b++) {                                                                            \
+            for (int j = 0; j < DD; j++) {                                                                       \
+                z[j] = p + b * bs + j * fs;                                                                      \
+                for (int l = 0; l < N; l++) pad[j * N + l] = full * N + l < L ? z[j][full * N + l] : (T)0;       \
+            }                                                                                                    \
+            const int64_t rows = (int64_t)b * R * DD;                                                            \
+            NAME##_prompt(z, pad, L, R, softmax, a + rows, up, frame, pred + (int64_t)b * R,                     \
+                          for_a ? for_a + rows : 0, for_u ? for_u + rows : 0);                                   \
+        }                                                                                                        \
     }
 
 #define V_float vf
 #define VI_float vfi
+#define LOAD_float load_vf
 #define EXP2_float exp2_vf
 #define HSUM_float hsum_vf
 #define HMAX_float hmax_vf
 #define V_double vd
 #define VI_double vdi
+#define LOAD_double load_vd
 #define EXP2_double exp2_vd
 #define HSUM_double hsum_vd
 #define HMAX_double hmax_vd
 
-#define DEFINE_ALL_D(T, N)                                                                                        \
-    DEFINE_BATCH_D(batch_##T##_2, prompt_##T##_2, T, N, 2)                                                        \
-    DEFINE_BATCH_D(batch_##T##_3, prompt_##T##_3, T, N, 3)                                                        \
-    DEFINE_BATCH_D(batch_##T##_4, prompt_##T##_4, T, N, 4)                                                        \
-    DEFINE_BATCH_D(batch_##T##_5, prompt_##T##_5, T, N, 5)                                                        \
-    DEFINE_BATCH_D(batch_##T##_6, prompt_##T##_6, T, N, 6)                                                        \
-    DEFINE_BATCH_D(batch_##T##_7, prompt_##T##_7, T, N, 7)                                                        \
-    DEFINE_BATCH_D(batch_##T##_8, prompt_##T##_8, T, N, 8)
+#define DEFINE_ALL_D(T, N)                                                                                       \
+    DEFINE_BATCH_D(batch_##T##_2, T, N, 2)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_3, T, N, 3)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_4, T, N, 4)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_5, T, N, 5)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_6, T, N, 6)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_7, T, N, 7)                                                                       \
+    DEFINE_BATCH_D(batch_##T##_8, T, N, 8)
 
 DEFINE_ALL_D(float, NF)
 DEFINE_ALL_D(double, ND)
 
-/* The entry points: tokens at p + b·bs + j·fs + i; a [B, S, D], u [S, D]; mean and tilted [B, S, D] (tilted may be
-   NULL), second [B, D, D] (may be NULL). Returns 0, or 1 if D is outside 2…8 (the caller then uses torch). */
-#define DEFINE_ENTRY(T)                                                                                           \
-    int stacked_readout_##T(const T *p, int64_t bs, int64_t fs, int B, int L, int D, int S, const T *a,           \
-                            const T *u, T *mean, T *tilted, T *second) {                                          \
-        switch (D) {                                                                                              \
-        case 2: batch_##T##_2(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 3: batch_##T##_3(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 4: batch_##T##_4(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 5: batch_##T##_5(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 6: batch_##T##_6(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 7: batch_##T##_7(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        case 8: batch_##T##_8(p, bs, fs, B, L, S, a, u, mean, tilted, second); return 0;                          \
-        default: return 1;                                                                                        \
-        }                                                                                                         \
+/* The entry points: tokens at p + b·bs + j·fs + i; softmax [R] (1: softmax, 0: linear), a [B, R, D] (U q, not
+   scaled), u [R, D], frame [D, D] (NULL: none); outputs pred [B, R], for_a and for_u [B, R, D] (both NULL: the
+   prediction only). Returns 0, or 1 if D is outside 2…MAX_D (the caller then uses torch). */
+#define DEFINE_ENTRY(T)                                                                                     \
+    int stacked_readout_##T(const T *p, int64_t bs, int64_t fs, int B, int L, int D, int R, const uint8_t *softmax, \
+                            const T *a, const T *u, const T *frame, T *pred, T *for_a, T *for_u) {               \
+        switch (D) {                                                                                             \
+        case 2: batch_##T##_2(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 3: batch_##T##_3(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 4: batch_##T##_4(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 5: batch_##T##_5(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 6: batch_##T##_6(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 7: batch_##T##_7(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 8: batch_##T##_8(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        default: return 1;                                                                                       \
+        }                                                                                                        \
     }
 
 DEFINE_ENTRY(float)

@@ -193,25 +193,18 @@ def _native(plan: Plan | None, prompt) -> bool:
     return bool(plan and plan.native) and native.supports(prompt) and native.library() is not None
 
 
-def _native_readout(a, u, prompt, S: int, second: bool):
-    """The softmax runs' ŷ [B, S] and their ∇a and ∇u moments per unit ∂ℓ/∂ŷ, and C (or None), in one native pass."""
-    mean, tilted, C = native.stacked_readout(prompt, a[:, :S] * LOG2E, u[:S], tilted=True, second=second)
-    prediction = (mean * u[:S]).sum(-1)
-    return (prediction, tilted - prediction.unsqueeze(-1) * mean, mean), C
-
-
 def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.Tensor:
     """ŷ [R, B] of every run on one batch (the softmax runs' rows in blocks of prompts: a large test set fits)."""
+    if _native(plan, prompt):
+        U, u = stack.attention()
+        return native.readout(prompt, _tilts(query, U), u, stack.softmax, gradients=False)[0].T
     U, u, back, S = _attention_in_order(stack)
     base2 = bool(plan and plan.base2)
-    a, out, C = _tilts(query, U), [], None
-    if _native(plan, prompt):
-        mean, _, C = native.stacked_readout(prompt, a[:, :S] * LOG2E, u[:S], tilted=False, second=S < U.shape[0])
-        out.append((mean * u[:S]).sum(-1))
-    elif S:
+    a, out = _tilts(query, U), []
+    if S:
         out.append(_blockwise(lambda c, z: _softmax_prediction(c, z, S, base2), _columns(a, u, S, base2), prompt, S, plan))
     if S < U.shape[0]:
-        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt) if C is None else C)[0])
+        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
     prediction = torch.cat(out, dim=1).T  # [R, B], softmax runs first
     return prediction if back is None else prediction[back]
 
@@ -220,41 +213,48 @@ def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
     """a [B, R, D], ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module
     doc). Only the softmax runs go through in blocks; the linear runs read C of the whole batch."""
     base2 = bool(plan and plan.base2)
-    a, parts, C = _tilts(query, U), [], None
-    if _native(plan, prompt):
-        softmax_part, C = _native_readout(a, u, prompt, S, second=S < U.shape[0])
-        parts.append(softmax_part)
-    elif S:
+    a, parts = _tilts(query, U), []
+    if S:
         parts.append(_blockwise(lambda c, z: _softmax_readout(c, z, u[:S], S, base2), _columns(a, u, S, base2),
                                 prompt, S, plan))
     if S < U.shape[0]:
-        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt) if C is None else C))
+        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt)))
     if len(parts) == 1:
         return parts[0]
     return tuple(torch.cat(x, dim=1) for x in zip(*parts))
+
+
+def _step_readout(stack: RunStack, query, prompt, plan: Plan | None, frame):
+    """ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the ∇a and ∇u moments [B, R, D] of every run, in stack order and in the true
+    frame: natively in one call, or by torch's products on the softmax-first order, mapped back."""
+    if _native(plan, prompt):
+        U, u = stack.attention()
+        return native.readout(prompt, _tilts(query, U), u, stack.softmax, frame)
+    U, u, back, S = _attention_in_order(stack)
+    if frame is not None:
+        U, u = frame.mT @ U, u @ frame
+    prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S, plan)
+    if frame is not None:  # the moments of z' = T⁻¹z: T times them, row by row
+        for_a, for_u = for_a @ frame.mT, for_u @ frame.mT
+    if back is not None:  # back to the stack's order
+        prediction, for_a, for_u = prediction[:, back], for_a[:, back], for_u[:, back]
+    return prediction, for_a, for_u
 
 
 def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None = None, frame=None):
     """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically (``plan``: how, not what).
 
     ``frame`` T [D, D]: the prompt is given whitened, its tokens z = T z' (a whitened draw). Scores and values
-    read z·a = z'·Tᵀa, so the step runs on U' = TᵀU and u' = Tᵀu, and the moments it returns are T⁻¹ times the
-    true ones: ∇U = T ∇U' and ∇u = T ∇u' (docs/experiments.md#whitened-draw)."""
+    read z·a = z'·Tᵀa, so the readout runs on U' = TᵀU and u' = Tᵀu, and the moments of z' it gives are T⁻¹ times
+    those of z (docs/experiments.md#whitened-draw)."""
     B, L, D = prompt.shape
-    U, u, back, S = _attention_in_order(stack)
-    if frame is not None:
-        U, u = frame.mT @ U, u @ frame
-    R = U.shape[0]
-    prediction, for_a, for_u = _readout_gradients(query, prompt, U, u, S, plan)
+    R = stack.Q.shape[0]
+    prediction, for_a, for_u = _step_readout(stack, query, prompt, plan, frame)
     residual = prediction - target.unsqueeze(-1)  # [B, R]
     g = ((2.0 / B) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [B, R, 1]
     loss = (residual * residual).mean(0)  # [R]
     grad_U = ((for_a * g).reshape(B, R * D).T @ query).view(R, D, D) / math.sqrt(D)  # Σ_b ∇a_rb q_bᵀ/√D
     grad_u = (for_u * g).sum(0)  # [R, D]
-    if frame is not None:
-        grad_U, grad_u = frame @ grad_U, grad_u @ frame.mT
-    if back is not None:  # back to the stack's order
-        loss, grad_U, grad_u = loss[back], grad_U[back], grad_u[back]
     grads = {
         "Q": stack.K @ grad_U,
         "K": stack.Q @ grad_U.mT,
