@@ -207,7 +207,7 @@ def bench_step(quick: bool) -> list[str]:
              stack / fl, "<=2.0"),
         line("naive Q/K/V projection step, 2 runs (s)", naive, "s", "floor: draw batch + one pass", fl, naive / fl, None),
         line("efficient step: engine, 2 runs (s)", eng, "s", "naive step", naive, eng / naive, "<=1.0"),
-        f"  of the engine's step: the draw (RegressionTask.sample) {drawn * 1e3:.3f} ms = {drawn / fl:.2f}x the floor "
+        f"  of the engine's step: the draw (RegressionTask.sample_whitened) {drawn * 1e3:.3f} ms = {drawn / fl:.2f}x the floor "
         f"by itself; forward, gradients and update {(eng - drawn) * 1e3:.3f} ms = {(eng - drawn) / fl:.2f}x the floor "
         f"(2 runs), {(stack - drawn) * 1e3:.3f} ms = {(stack - drawn) / fl:.2f}x ({n_stack} runs): a marginal pair of "
         f"runs {(stack - eng) / MULTI_SEED * 1e3:.3f} ms",
