@@ -81,26 +81,35 @@ class RegressionTask:
             return (*self.sample(batch, prompt_length, generator, dtype, device), None)
         d, L = self.dim, int(prompt_length)
         g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)  # [D, B, L+1]
-        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
-        chol = self._chol_in(dtype, device)
-        mixed = beta @ chol  # [B, d]: Cᵀβ, so that βᵀ(C g_x) = (Cᵀβ)ᵀ g_x
-        y = g[d]
+        beta = standard_normal((batch, d), generator, dtype, device)  # [B, d], times τ in ``mixer``
+        frame, query_map, mixer = self._whitening(dtype, device)
+        y = g[d].view(batch, 1, L + 1)
         y.mul_(self.noise_variance**0.5)
-        for j in range(d):  # y = (Cᵀβ)ᵀ g_x + σ g_y
-            y.addcmul_(g[j], mixed[:, j : j + 1])
+        y.baddbmm_((beta @ mixer).unsqueeze(1), g[:d].permute(1, 0, 2))  # y = (Cᵀβ)ᵀ g_x + σ g_y, one product
         tokens = g.permute(1, 2, 0)  # [B, L+1, D]
-        query = torch.zeros(batch, d + 1, dtype=dtype, device=device)
-        query[:, :d] = tokens[:, L, :d] @ chol.T  # z_q = (C g_q, 0)
+        query = tokens[:, L] @ query_map  # z_q = (C g_q, 0)
         target = tokens[:, L, d].clone()  # y_q = βᵀx_q + σε_q
-        frame = torch.zeros(d + 1, d + 1, dtype=dtype, device=device)
-        frame[:d, :d], frame[d, d] = chol, 1.0
         return query, tokens[:, :L], target, frame
+
+    def _whitening(self, dtype, device):
+        """(T = diag(C, 1), the query's map (g_q, ·) ↦ (C g_q, 0) as a right factor, τ·C) in ``dtype`` on ``device``
+        (cached: training draws in one dtype)."""
+        key = ("whitening", dtype, str(device))
+        if key not in self._chol_cache:
+            d, chol = self.dim, self._chol
+            frame = torch.eye(d + 1, dtype=torch.float64)
+            frame[:d, :d] = chol
+            query_map = torch.zeros(d + 1, d + 1, dtype=torch.float64)
+            query_map[:d, :d] = chol.T
+            mixer = chol * self.task_variance**0.5
+            self._chol_cache[key] = tuple(t.to(dtype=dtype, device=device) for t in (frame, query_map, mixer))
+        return self._chol_cache[key]
 
     def _chol_in(self, dtype, device):
         """C in ``dtype`` on ``device`` (cached: training draws in one dtype)."""
         key = (dtype, str(device))
         if key not in self._chol_cache:
-            self._chol_cache = {key: self._chol.to(dtype=dtype, device=device)}
+            self._chol_cache[key] = self._chol.to(dtype=dtype, device=device)
         return self._chol_cache[key]
 
     def _sample_bounded(self, batch: int, prompt_length: int, generator, dtype, device):

@@ -81,7 +81,7 @@ def library() -> ctypes.CDLL | None:
         return None
     for name in ENTRY.values():
         fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]
+        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
         fn.restype = _I
     return lib
 
@@ -93,26 +93,47 @@ def supports(prompt: torch.Tensor) -> bool:
             and (prompt.stride(1) == 1 or prompt.shape[1] == 1) and prompt.shape[1] > 0)
 
 
+def _call(prompt, tilts, values, softmax, frame, outputs, fit=None):
+    """One call of the C entry; ``outputs``: (prediction, ∇a-moment, ∇u-moment) tensors or None, ``fit``:
+    (query, target, loss, ∇U, ∇u) or None."""
+    lib = library()
+    if lib is None or not supports(prompt):
+        raise ValueError("native readout: no library, or a prompt it does not take (check supports() first)")
+    B, L, D = prompt.shape
+    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
+    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+    pointers = [None if t is None else t.data_ptr() for t in (*outputs, *(fit or (None,) * 5))]
+    code = getattr(lib, ENTRY[prompt.dtype])(
+        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, tilts.shape[1], flags.data_ptr(),
+        tilts.contiguous().data_ptr(), values.contiguous().data_ptr(), None if frame is None else frame.data_ptr(),
+        *pointers)
+    if code:
+        raise ValueError(f"native readout: token dimension {D} outside 2…{MAX_DIM}")
+
+
 def readout(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.Tensor, softmax: torch.Tensor, frame=None, *,
             gradients: bool = True):
     """(ŷ [B, R], ∇a-moment [B, R, D], ∇u-moment [B, R, D]) of every run (module doc; the moments None unless
     ``gradients``) on prompt [B, L, D] (see :func:`supports`), tokens z = T z' with T = ``frame`` [D, D] (None: I),
     tilts a = U q [B, R, D], value directions u [R, D] and ``softmax`` [R] (bool: softmax, else linear)."""
-    lib = library()
-    if lib is None or not supports(prompt):
-        raise ValueError("native readout: no library, or a prompt it does not take (check supports() first)")
     B, L, D = prompt.shape
     R = tilts.shape[1]
     tilts, values = tilts.contiguous(), values.contiguous()
-    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
-    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
     prediction = prompt.new_empty(B, R)
     for_a = prompt.new_empty(B, R, D) if gradients else None
     for_u = prompt.new_empty(B, R, D) if gradients else None
-    code = getattr(lib, ENTRY[prompt.dtype])(
-        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, R, flags.data_ptr(), tilts.data_ptr(),
-        values.data_ptr(), None if frame is None else frame.data_ptr(), prediction.data_ptr(),
-        for_a.data_ptr() if gradients else None, for_u.data_ptr() if gradients else None)
-    if code:
-        raise ValueError(f"native readout: token dimension {D} outside 2…{MAX_DIM}")
+    _call(prompt, tilts, values, softmax, frame, (prediction, for_a, for_u))
     return prediction, for_a, for_u
+
+
+def loss_and_gradient(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.Tensor, softmax: torch.Tensor, frame,
+                      query: torch.Tensor, target: torch.Tensor):
+    """As :func:`readout`, summed over the batch in the same call: every run's batch MSE [R] against ``target`` [B],
+    ∇U = Σ_b ∂ℓ/∂ŷ_b (∇a-moment) q_bᵀ/√D [R, D, D] and ∇u = Σ_b ∂ℓ/∂ŷ_b (∇u-moment) [R, D], ∂ℓ/∂ŷ = 2(ŷ − y)/B."""
+    B, L, D = prompt.shape
+    R = tilts.shape[1]
+    tilts, values = tilts.contiguous(), values.contiguous()
+    query, target = query.to(prompt.dtype).contiguous(), target.to(prompt.dtype).contiguous()
+    loss, grad_U, grad_u = prompt.new_empty(R), prompt.new_empty(R, D, D), prompt.new_empty(R, D)
+    _call(prompt, tilts, values, softmax, frame, (None, None, None), (query, target, loss, grad_U, grad_u))
+    return loss, grad_U, grad_u

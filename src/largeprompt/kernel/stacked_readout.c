@@ -90,6 +90,13 @@ static inline vd exp2_vd(vd x) {
 #define FOLD_F(v, OP) (v = OP(v, SHUFFLE(v, HALVES_F)), v = OP(v, SHUFFLE(v, PAIRS_F)), v = OP(v, SHUFFLE(v, SINGLES_F)))
 #define FOLD_D(v, OP) (v = OP(v, SHUFFLE(v, HALVES_D)), v = OP(v, SHUFFLE(v, SINGLES_D)))
 #endif
+#if VBYTES == 64
+#define LANES_float ((vfi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+#define LANES_double ((vdi){0, 1, 2, 3, 4, 5, 6, 7})
+#else
+#define LANES_float ((vfi){0, 1, 2, 3, 4, 5, 6, 7})
+#define LANES_double ((vdi){0, 1, 2, 3})
+#endif
 #define ADD(x, y) ((x) + (y))
 #define MAXF(x, y) ((vf)(((vfi)(x) & ~((x) < (y))) | ((vfi)(y) & ((x) < (y)))))
 #define MAXD(x, y) ((vd)(((vdi)(x) & ~((x) < (y))) | ((vdi)(y) & ((x) < (y)))))
@@ -115,8 +122,7 @@ static inline vd load_vd(const double *ptr) {
 #define DEFINE_SOFTMAX(NAME, T, V, VI, N, LOAD, EXP2, HSUM, HMAX, DD)                                            \
     static void NAME(const T *const *z, const T *pad, int L, const T *tilt, const T *up, T *mean, T *tilted) {   \
         const int full = L / N, vectors = (L + N - 1) / N;                                                       \
-        VI tail_mask;                                                                                            \
-        for (int l = 0; l < N; l++) tail_mask[l] = l < L - full * N ? -1 : 0;                                    \
+        const VI tail_mask = LANES_##T < (L - full * N); /* the valid lanes of the last vector: all ones */       \
         V s[CHUNK_VECTORS], Z = {}, m[DD] = {}, t[DD] = {};                                                      \
         T top = -INFINITY;                                                                                       \
         for (int c0 = 0; c0 < vectors; c0 += CHUNK_VECTORS) {                                                    \
@@ -148,10 +154,10 @@ static inline vd load_vd(const double *ptr) {
                 for (int j = 0; j < DD; j++) t[j] += ew * zk[j];                                                 \
             }                                                                                                    \
         }                                                                                                        \
-        const T total = HSUM(Z);                                                                                 \
+        const T inverse = (T)1 / HSUM(Z);                                                                        \
         for (int j = 0; j < DD; j++) {                                                                           \
-            mean[j] = HSUM(m[j]) / total;                                                                        \
-            if (tilted) tilted[j] = HSUM(t[j]) / total;                                                          \
+            mean[j] = HSUM(m[j]) * inverse;                                                                      \
+            if (tilted) tilted[j] = HSUM(t[j]) * inverse;                                                        \
         }                                                                                                        \
     }
 
@@ -226,10 +232,11 @@ DEFINE_FRAMED(framed_double, double)
     DEFINE_SECOND(NAME##_second, T, V_##T, N, LOAD_##T, HSUM_##T, DD)                                            \
     DEFINE_PROMPT(NAME##_prompt, NAME##_softmax, NAME##_second, framed_##T, T, DD)                               \
     static void NAME(const T *p, int64_t bs, int64_t fs, int B, int L, int R, const uint8_t *softmax, const T *a, \
-                     const T *u, const T *frame, T *pred, T *for_a, T *for_u) {                                  \
+                     const T *u, const T *frame, T *pred, T *for_a, T *for_u, const T *query, const T *target,   \
+                     T *loss, T *grad_U, T *grad_u) {                                                            \
         const T *z[DD];                                                                                          \
         T pad[DD * N] __attribute__((aligned(VBYTES)));                                                          \
-        T up[R * DD + 1];                                                                                        \
+        T up[R * DD + 1], y[R + 1], fa[R * DD + 1], fu[R * DD + 1];                                              \
         for (int r = 0; r < R; r++)                                                                              \
             for (int j = 0; j < DD; j++) {                                                                       \
                 T acc = 0;                                                                                       \
@@ -238,6 +245,8 @@ DEFINE_FRAMED(framed_double, double)
                     for (int k = 0; k < DD; k++) acc += frame[k * DD + j] * u[r * DD + k];                       \
                 up[r * DD + j] = acc;                                                                            \
             }                                                                                                    \
+        if (query) memset(loss, 0, sizeof(T) * R), memset(grad_U, 0, sizeof(T) * R * DD * DD),                   \
+            memset(grad_u, 0, sizeof(T) * R * DD);                                                               \
         const int full = L / N;                                                                                  \
         for (int b = 0; b < B; b++) {                                                                            \
             for (int j = 0; j < DD; j++) {                                                                       \
@@ -245,9 +254,24 @@ DEFINE_FRAMED(framed_double, double)
                 for (int l = 0; l < N; l++) pad[j * N + l] = full * N + l < L ? z[j][full * N + l] : (T)0;       \
             }                                                                                                    \
             const int64_t rows = (int64_t)b * R * DD;                                                            \
-            NAME##_prompt(z, pad, L, R, softmax, a + rows, up, frame, pred + (int64_t)b * R,                     \
-                          for_a ? for_a + rows : 0, for_u ? for_u + rows : 0);                                   \
+            const int moments = query || for_a;                                                                  \
+            NAME##_prompt(z, pad, L, R, softmax, a + rows, up, frame, query ? y : pred + (int64_t)b * R,         \
+                          moments ? (query ? fa : for_a + rows) : 0, moments ? (query ? fu : for_u + rows) : 0);  \
+            if (!query) continue;                                                                                \
+            for (int r = 0; r < R; r++) { /* the batch MSE and Σ_b ∂ℓ/∂ŷ (∇a-moment ⊗ q_b, ∇u-moment) */        \
+                const T residual = y[r] - target[b], g = (T)2 * residual / (T)B;                                 \
+                loss[r] += residual * residual;                                                                  \
+                for (int j = 0; j < DD; j++) {                                                                   \
+                    const T ga = g * fa[r * DD + j];                                                             \
+                    for (int k = 0; k < DD; k++) grad_U[(r * DD + j) * DD + k] += ga * query[b * DD + k];        \
+                    grad_u[r * DD + j] += g * fu[r * DD + j];                                                    \
+                }                                                                                                \
+            }                                                                                                    \
         }                                                                                                        \
+        if (!query) return;                                                                                      \
+        for (int r = 0; r < R; r++) loss[r] /= (T)B;                                                             \
+        const T root = sqrt((double)DD);                                                                         \
+        for (int i = 0; i < R * DD * DD; i++) grad_U[i] /= root;                                                 \
     }
 
 #define V_float vf
@@ -276,19 +300,23 @@ DEFINE_ALL_D(float, NF)
 DEFINE_ALL_D(double, ND)
 
 /* The entry points: tokens at p + b·bs + j·fs + i; softmax [R] (1: softmax, 0: linear), a [B, R, D] (U q, not
-   scaled), u [R, D], frame [D, D] (NULL: none); outputs pred [B, R], for_a and for_u [B, R, D] (both NULL: the
-   prediction only). Returns 0, or 1 if D is outside 2…MAX_D (the caller then uses torch). */
-#define DEFINE_ENTRY(T)                                                                                     \
+   scaled), u [R, D], frame [D, D] (NULL: none). Outputs: pred [B, R], and for_a, for_u [B, R, D] unless NULL; or,
+   with query [B, D] and target [B], the batch MSE loss [R], ∇U = Σ_b ∂ℓ/∂ŷ ∇a-moment q_bᵀ/√D [R, D, D] and
+   ∇u = Σ_b ∂ℓ/∂ŷ ∇u-moment [R, D] (∂ℓ/∂ŷ = 2(ŷ − y)/B), pred and for_a/for_u then unused. Returns 0, or 1 if D is
+   outside 2…MAX_D (the caller then uses torch). */
+#define ARGS p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u, query, target, loss, grad_U, grad_u
+#define DEFINE_ENTRY(T)                                                                                          \
     int stacked_readout_##T(const T *p, int64_t bs, int64_t fs, int B, int L, int D, int R, const uint8_t *softmax, \
-                            const T *a, const T *u, const T *frame, T *pred, T *for_a, T *for_u) {               \
+                            const T *a, const T *u, const T *frame, T *pred, T *for_a, T *for_u, const T *query,  \
+                            const T *target, T *loss, T *grad_U, T *grad_u) {                                    \
         switch (D) {                                                                                             \
-        case 2: batch_##T##_2(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 3: batch_##T##_3(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 4: batch_##T##_4(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 5: batch_##T##_5(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 6: batch_##T##_6(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 7: batch_##T##_7(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
-        case 8: batch_##T##_8(p, bs, fs, B, L, R, softmax, a, u, frame, pred, for_a, for_u); return 0;           \
+        case 2: batch_##T##_2(ARGS); return 0;                                                                   \
+        case 3: batch_##T##_3(ARGS); return 0;                                                                   \
+        case 4: batch_##T##_4(ARGS); return 0;                                                                   \
+        case 5: batch_##T##_5(ARGS); return 0;                                                                   \
+        case 6: batch_##T##_6(ARGS); return 0;                                                                   \
+        case 7: batch_##T##_7(ARGS); return 0;                                                                   \
+        case 8: batch_##T##_8(ARGS); return 0;                                                                   \
         default: return 1;                                                                                       \
         }                                                                                                        \
     }

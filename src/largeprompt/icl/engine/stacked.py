@@ -226,10 +226,7 @@ def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
 
 def _step_readout(stack: RunStack, query, prompt, plan: Plan | None, frame):
     """ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the ∇a and ∇u moments [B, R, D] of every run, in stack order and in the true
-    frame: natively in one call, or by torch's products on the softmax-first order, mapped back."""
-    if _native(plan, prompt):
-        U, u = stack.attention()
-        return native.readout(prompt, _tilts(query, U), u, stack.softmax, frame)
+    frame, by torch's products on the softmax-first order, mapped back (the native plan sums them in C)."""
     U, u, back, S = _attention_in_order(stack)
     if frame is not None:
         U, u = frame.mT @ U, u @ frame
@@ -241,20 +238,27 @@ def _step_readout(stack: RunStack, query, prompt, plan: Plan | None, frame):
     return prediction, for_a, for_u
 
 
+def _batch_sums(query, target, prediction, for_a, for_u):
+    """Every run's batch MSE [R], ∇U = Σ_b g_rb ∇a_rb q_bᵀ/√D [R, D, D] and ∇u = Σ_b g_rb ∇u_rb [R, D], g = ∂ℓ/∂ŷ."""
+    B, R, D = for_a.shape
+    residual = prediction - target.unsqueeze(-1)  # [B, R]
+    g = ((2.0 / B) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [B, R, 1]
+    loss = (residual * residual).mean(0)  # [R]
+    grad_U = ((for_a * g).reshape(B, R * D).T @ query).view(R, D, D) / math.sqrt(D)
+    return loss, grad_U, (for_u * g).sum(0)
+
+
 def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None = None, frame=None):
     """Every run's batch MSE [R] and its gradient in Q, K, V, O (each [R, …]), analytically (``plan``: how, not what).
 
     ``frame`` T [D, D]: the prompt is given whitened, its tokens z = T z' (a whitened draw). Scores and values
     read z·a = z'·Tᵀa, so the readout runs on U' = TᵀU and u' = Tᵀu, and the moments of z' it gives are T⁻¹ times
     those of z (docs/experiments.md#whitened-draw)."""
-    B, L, D = prompt.shape
-    R = stack.Q.shape[0]
-    prediction, for_a, for_u = _step_readout(stack, query, prompt, plan, frame)
-    residual = prediction - target.unsqueeze(-1)  # [B, R]
-    g = ((2.0 / B) * residual).unsqueeze(-1)  # ∂ℓ/∂ŷ, [B, R, 1]
-    loss = (residual * residual).mean(0)  # [R]
-    grad_U = ((for_a * g).reshape(B, R * D).T @ query).view(R, D, D) / math.sqrt(D)  # Σ_b ∇a_rb q_bᵀ/√D
-    grad_u = (for_u * g).sum(0)  # [R, D]
+    if _native(plan, prompt):  # the batch's sums in the same native call
+        U, u = stack.attention()
+        loss, grad_U, grad_u = native.loss_and_gradient(prompt, _tilts(query, U), u, stack.softmax, frame, query, target)
+    else:
+        loss, grad_U, grad_u = _batch_sums(query, target, *_step_readout(stack, query, prompt, plan, frame))
     grads = {
         "Q": stack.K @ grad_U,
         "K": stack.Q @ grad_U.mT,

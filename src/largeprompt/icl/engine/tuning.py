@@ -32,7 +32,7 @@ from largeprompt.kernel import autotune, native
 from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
-PLAN_REVISION = 5  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
+PLAN_REVISION = 6  # bump when the step's hot loop changes: plans tuned for an older loop are then retuned
 BLOCKS = (4, 8, 16, 32, 64, 128)  # candidate prompts per block (powers of two: the tuned regime's batch rounds up)
 ROUNDS = 3
 TUNING_BATCH = 256  # prompts of the synthetic step: a block's speed does not depend on the batch around it, and a
