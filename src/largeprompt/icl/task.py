@@ -116,16 +116,16 @@ class RegressionTask:
         """Rademacher or uniform covariates x [B, L+1, d], then the noise [B, L+1] and β [B, d] from the same
         generator; y = βᵀx + σε; token L is the query (docs/theory.md#bounded-token-risk)."""
         d, L = self.dim, int(prompt_length)
-        if self.token_measure == "rademacher":
-            x = (2 * random_bits((batch, L + 1, d), generator, device) - 1).to(dtype)
-        else:
-            x = SQRT3 * (2.0 * uniform((batch, L + 1, d), generator, dtype, device) - 1.0)
-        noise = standard_normal((batch, L + 1), generator, dtype, device)
-        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
-        y = (x @ beta.unsqueeze(-1)).squeeze(-1) + self.noise_variance**0.5 * noise  # [B, L+1]
         stored = torch.empty(d + 1, batch, L + 1, dtype=dtype, device=device)  # feature-major, as the Gaussian draw
-        stored[:d] = x.permute(2, 0, 1)
-        stored[d] = y
+        x = stored[:d]  # [d, B, L+1]; the numbers are drawn [B, L+1, d] and mapped elementwise, in place
+        if self.token_measure == "rademacher":
+            x.copy_(random_bits((batch, L + 1, d), generator, device).permute(2, 0, 1)).mul_(2).sub_(1)
+        else:
+            x.copy_(uniform((batch, L + 1, d), generator, dtype, device).permute(2, 0, 1)).mul_(2.0).sub_(1.0).mul_(SQRT3)
+        y = stored[d].view(batch, 1, L + 1)
+        y.copy_(standard_normal((batch, L + 1), generator, dtype, device).unsqueeze(1)).mul_(self.noise_variance**0.5)
+        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
+        y.baddbmm_(beta.unsqueeze(1), x.permute(1, 0, 2))  # y = βᵀx + σε, one product
         tokens = stored.permute(1, 2, 0)  # [B, L+1, D]
         query = tokens[:, L].clone()
         target = query[:, d].clone()
