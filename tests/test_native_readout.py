@@ -9,7 +9,9 @@ import torch
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.engine import stacked, tuning
+from largeprompt.icl.task import RegressionTask
 from largeprompt.kernel import native
+from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import gamma
 
 needs_library = pytest.mark.skipif(native.library() is None, reason="no C compiler here: the native readout is not built")
@@ -184,3 +186,32 @@ def test_without_a_compiler_the_engine_falls_back_to_torch_and_says_what_to_inst
         assert native.library() is None
     finally:
         native.library.cache_clear()
+
+
+@needs_library
+def test_the_native_step_is_the_sgd_step_of_the_analytic_gradients_and_freezes_a_diverged_run():
+    """native_step = θ − lr ∇θ with loss_and_gradients' gradients (float64, a whitened frame); a run whose batch loss
+    exceeds the threshold keeps its weights and is flagged, a zero step size freezes a run."""
+    L, B = 31, 12
+    task = RegressionTask(toeplitz_covariance(3, 0.5), 0.5, 0.2)
+    query, prompt, target, frame = task.sample_whitened(B, L, stream_generator(6, "test/native/sgd"))
+    runs = [models.init_parameters(4, stream_generator(7, "test/native/sgd", r)) for r in range(4)]
+    runs[2] = {n: 30.0 * p for n, p in runs[2].items()}  # a run whose loss blows past the threshold
+    stack = stacked.RunStack.from_parameters(runs, [True, False, True, False])
+    plan = stacked.Plan(B, True, native=True)
+    want_loss, grads = stacked.loss_and_gradients(stack, query, prompt, target, plan, frame)
+    threshold = float(want_loss[[0, 1, 3]].max()) * 2
+    assert float(want_loss[2]) > threshold
+    lr = torch.tensor([0.1, 0.2, 0.1, 0.0], dtype=torch.float64)
+    before = {n: getattr(stack, n).clone() for n in models.PARAMETER_NAMES}
+    loss, diverged = stacked.native_step(stack, query, prompt, target, lr, threshold, frame, plan)
+    assert diverged.tolist() == [False, False, True, False]
+    tol = gamma(4 * B * L * 4, torch.float64) * 10 * (1 + float(want_loss.abs().max()))
+    assert torch.allclose(loss, want_loss, rtol=0, atol=tol)
+    for name in models.PARAMETER_NAMES:
+        got, old = getattr(stack, name), before[name]
+        for r in (2, 3):
+            assert torch.equal(got[r], old[r]), (name, r)  # diverged, and a zero step: untouched
+        for r in (0, 1):
+            want = old[r] - lr[r] * grads[name][r]
+            assert torch.allclose(got[r], want, rtol=0, atol=tol * float(lr[r]) * (1 + float(grads[name][r].abs().max()))), (name, r)

@@ -32,6 +32,7 @@ FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-std
 MAX_DIM = 8  # token dimensions 2…8 are compiled in
 _P, _I64, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 ENTRY = {torch.float32: "stacked_readout_float", torch.float64: "stacked_readout_double"}
+SGD_ENTRY = {torch.float32: "stacked_sgd_float", torch.float64: "stacked_sgd_double"}
 
 
 def source() -> str:
@@ -82,6 +83,11 @@ def library() -> ctypes.CDLL | None:
     for name in ENTRY.values():
         fn = getattr(lib, name)
         fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+        fn.restype = _I
+    for dtype, name in SGD_ENTRY.items():
+        fn = getattr(lib, name)
+        real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
+        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, real, _P, _P]
         fn.restype = _I
     return lib
 
@@ -137,3 +143,27 @@ def loss_and_gradient(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.T
     loss, grad_U, grad_u = prompt.new_empty(R), prompt.new_empty(R, D, D), prompt.new_empty(R, D)
     _call(prompt, tilts, values, softmax, frame, (None, None, None), (query, target, loss, grad_U, grad_u))
     return loss, grad_U, grad_u
+
+
+def sgd_step(prompt: torch.Tensor, softmax: torch.Tensor, query: torch.Tensor, target: torch.Tensor, frame, weights,
+             lr: torch.Tensor, threshold: float):
+    """One plain-SGD step of every run, in place on ``weights`` (Q, K, V [R, D, D] and O [R, 1, D], contiguous, in
+    the prompt's dtype): (batch MSE [R], diverged [R] bool). A run whose loss is not finite or above ``threshold``
+    keeps its weights and is flagged; the others step by ``lr`` [R] (docs/performance.md#native-readout)."""
+    lib = library()
+    if lib is None or not supports(prompt) or not all(w.is_contiguous() and w.dtype == prompt.dtype for w in weights):
+        raise ValueError("native step: no library, or inputs it does not take (check supports() first)")
+    B, L, D = prompt.shape
+    R = softmax.shape[0]
+    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
+    query, target = query.to(prompt.dtype).contiguous(), target.to(prompt.dtype).contiguous()
+    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+    lr = lr.to(dtype=prompt.dtype).contiguous()
+    loss, diverged = prompt.new_empty(R), torch.empty(R, dtype=torch.uint8)
+    code = getattr(lib, SGD_ENTRY[prompt.dtype])(
+        prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, R, flags.data_ptr(), query.data_ptr(),
+        target.data_ptr(), None if frame is None else frame.data_ptr(), *(w.data_ptr() for w in weights),
+        lr.data_ptr(), float(threshold), loss.data_ptr(), diverged.data_ptr())
+    if code:
+        raise ValueError(f"native step: token dimension {D} outside 2…{MAX_DIM}" if code == 1 else "native step: out of memory")
+    return loss, diverged.bool()

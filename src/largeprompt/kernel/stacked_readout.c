@@ -16,6 +16,7 @@
    where AVX-512 is there, else 32-byte ones. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __AVX512F__
@@ -323,3 +324,70 @@ DEFINE_ALL_D(double, ND)
 
 DEFINE_ENTRY(float)
 DEFINE_ENTRY(double)
+
+/* One plain-SGD step of every run (docs/performance.md#native-readout): U_r = K_rᵀQ_r/√D, u_r = V_rᵀO_rᵀ,
+   a_br = U_r q_b, then the batch MSE and ∇U, ∇u of stacked_readout; a run whose loss is not finite or exceeds
+   ``threshold`` is left as it is and flagged in ``diverged`` (its weights stay where its loss blew up); every
+   other run steps θ ← θ − lr_r ∇θ with ∇Q = K∇U, ∇K = Q∇Uᵀ, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ, all from the weights before
+   the step. Q, K, V [R, D, D] and O [R, 1, D] contiguous, updated in place; lr [R]; outputs loss [R] and
+   diverged [R]. Returns 0, 1 if D is outside 2…MAX_D, 2 if memory ran out. */
+#define DEFINE_SGD(T)                                                                                            \
+    int stacked_sgd_##T(const T *p, int64_t bs, int64_t fs, int B, int L, int D, int R, const uint8_t *softmax,   \
+                        const T *query, const T *target, const T *frame, T *Q, T *K, T *V, T *O, const T *lr,    \
+                        T threshold, T *loss, uint8_t *diverged) {                                               \
+        if (D < 2 || D > MAX_D) return 1;                                                                        \
+        const int DD2 = D * D;                                                                                   \
+        T *U = malloc(sizeof(T) * ((size_t)R * DD2 * 2 + (size_t)R * D * 2 + (size_t)B * R * D));               \
+        if (!U) return 2;                                                                                        \
+        T *grad_U = U + (size_t)R * DD2, *u = grad_U + (size_t)R * DD2, *grad_u = u + (size_t)R * D;             \
+        T *a = grad_u + (size_t)R * D;                                                                           \
+        const T root = sqrt((double)D);                                                                          \
+        for (int r = 0; r < R; r++) {                                                                            \
+            const T *q = Q + r * DD2, *k = K + r * DD2, *v = V + r * DD2, *o = O + r * D;                        \
+            for (int i = 0; i < D; i++)                                                                          \
+                for (int j = 0; j < D; j++) {                                                                    \
+                    T acc = 0;                                                                                   \
+                    for (int m = 0; m < D; m++) acc += k[m * D + i] * q[m * D + j];                              \
+                    U[r * DD2 + i * D + j] = acc / root;                                                         \
+                }                                                                                                \
+            for (int j = 0; j < D; j++) {                                                                        \
+                T acc = 0;                                                                                       \
+                for (int m = 0; m < D; m++) acc += v[m * D + j] * o[m];                                          \
+                u[r * D + j] = acc;                                                                              \
+            }                                                                                                    \
+        }                                                                                                        \
+        for (int b = 0; b < B; b++)                                                                              \
+            for (int r = 0; r < R; r++)                                                                          \
+                for (int i = 0; i < D; i++) {                                                                    \
+                    T acc = 0;                                                                                   \
+                    for (int j = 0; j < D; j++) acc += U[r * DD2 + i * D + j] * query[b * D + j];                \
+                    a[((size_t)b * R + r) * D + i] = acc;                                                        \
+                }                                                                                                \
+        stacked_readout_##T(p, bs, fs, B, L, D, R, softmax, a, u, frame, 0, 0, 0, query, target, loss, grad_U,    \
+                            grad_u);                                                                             \
+        for (int r = 0; r < R; r++) {                                                                            \
+            diverged[r] = !(isfinite(loss[r]) && loss[r] <= threshold);                                          \
+            if (diverged[r] || lr[r] == 0) continue;                                                             \
+            T *q = Q + r * DD2, *k = K + r * DD2, *v = V + r * DD2, *o = O + r * D;                              \
+            const T *gU = grad_U + r * DD2, *gu = grad_u + r * D;                                                \
+            T gq[MAX_D * MAX_D], gk[MAX_D * MAX_D], gv[MAX_D * MAX_D], go[MAX_D];                                \
+            for (int i = 0; i < D; i++)                                                                          \
+                for (int j = 0; j < D; j++) {                                                                    \
+                    T aq = 0, ak = 0;                                                                            \
+                    for (int m = 0; m < D; m++) aq += k[i * D + m] * gU[m * D + j], ak += q[i * D + m] * gU[j * D + m]; \
+                    gq[i * D + j] = aq, gk[i * D + j] = ak, gv[i * D + j] = o[i] * gu[j];                        \
+                }                                                                                                \
+            for (int i = 0; i < D; i++) {                                                                        \
+                T acc = 0;                                                                                       \
+                for (int m = 0; m < D; m++) acc += v[i * D + m] * gu[m];                                         \
+                go[i] = acc;                                                                                     \
+            }                                                                                                    \
+            for (int i = 0; i < DD2; i++) q[i] -= lr[r] * gq[i], k[i] -= lr[r] * gk[i], v[i] -= lr[r] * gv[i];   \
+            for (int i = 0; i < D; i++) o[i] -= lr[r] * go[i];                                                   \
+        }                                                                                                        \
+        free(U);                                                                                                 \
+        return 0;                                                                                                \
+    }
+
+DEFINE_SGD(float)
+DEFINE_SGD(double)

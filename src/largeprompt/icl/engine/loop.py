@@ -118,6 +118,15 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
+        rates = torch.tensor([self.step_sizes[r][self.step] for r in runs], dtype=torch.float64)
+        stepped = stacked.native_step(sub, query, prompt, target, rates, self.threshold, frame, self._plan(runs))
+        if stepped is not None:  # one native call did the step, in place
+            if not whole:
+                for name in ("Q", "K", "V", "O"):
+                    getattr(self.stack, name)[index] = getattr(sub, name)
+            for r, value in zip(runs, stepped[0].double().cpu().numpy()):
+                self.window[r].append(float(value))
+            return [r for r, flag in zip(runs, stepped[1].tolist()) if flag]
         loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, self._plan(runs), frame)
         values = loss.double().cpu().numpy()
         diverged = []

@@ -268,6 +268,16 @@ def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None
     return loss, grads
 
 
+def native_step(stack: RunStack, query, prompt, target, lr: torch.Tensor, threshold: float, frame=None, plan=None):
+    """One SGD step of every run in one native call, in place (:func:`largeprompt.kernel.native.sgd_step`): (batch
+    MSE [R], diverged [R]), a run whose loss is not finite or above ``threshold`` left where its loss blew up; None
+    where the plan or the prompt does not allow it (the caller then steps with :func:`loss_and_gradients`)."""
+    weights = [getattr(stack, n) for n in models.PARAMETER_NAMES]
+    if not _native(plan, prompt) or not all(w.is_contiguous() and w.dtype == prompt.dtype for w in weights):
+        return None
+    return native.sgd_step(prompt, stack.softmax, query, target, frame, weights, lr, threshold)
+
+
 def sgd_step(stack: RunStack, grads: dict[str, torch.Tensor], lr: torch.Tensor) -> None:
     """θ_r ← θ_r − lr_r ∇ℓ_r in place; ``lr`` [R] (0 freezes a run)."""
     for name in models.PARAMETER_NAMES:
