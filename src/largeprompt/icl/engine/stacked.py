@@ -20,8 +20,11 @@ g_rb = ∂ℓ_r/∂ŷ_rb; then ∇U_r = Σ_b ∇a_rb q_bᵀ, ∇Q = K∇U/√D, 
 A marginal linear run costs O(B D²) per step, a marginal softmax run two rows and three elementwise passes
 (max, exp, e·w). The softmax rows go through in blocks of prompts (a :class:`Plan`, tuned per machine by
 :mod:`largeprompt.icl.engine.tuning`, capped by BLOCK_ELEMENTS), so that they stay in cache and memory stays
-bounded; everything else is computed once for the whole batch.
-Checked against autograd through the naive Q/K/V/O model (tests/test_stacked.py).
+bounded; everything else is computed once for the whole batch. Where the plan says ``readout=native``
+(:mod:`largeprompt.kernel.native`, docs/performance.md#native-readout) the same sums come from one C pass over
+each prompt, and :func:`native_step` does the whole SGD step there. A whitened batch (tokens z = T z') is read
+through U' = TᵀU and u' = Tᵀu (docs/experiments.md#whitened-draw).
+Checked against autograd through the naive Q/K/V/O model (tests/test_stacked.py, tests/test_native_readout.py).
 """
 from __future__ import annotations
 
