@@ -108,11 +108,11 @@ def _call(prompt, tilts, values, softmax, frame, outputs, fit=None):
     B, L, D = prompt.shape
     flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
     frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+    tilts, values = tilts.contiguous(), values.contiguous()  # held here: the C call reads their memory
     pointers = [None if t is None else t.data_ptr() for t in (*outputs, *(fit or (None,) * 5))]
     code = getattr(lib, ENTRY[prompt.dtype])(
         prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, tilts.shape[1], flags.data_ptr(),
-        tilts.contiguous().data_ptr(), values.contiguous().data_ptr(), None if frame is None else frame.data_ptr(),
-        *pointers)
+        tilts.data_ptr(), values.data_ptr(), None if frame is None else frame.data_ptr(), *pointers)
     if code:
         raise ValueError(f"native readout: token dimension {D} outside 2…{MAX_DIM}")
 
@@ -124,7 +124,6 @@ def readout(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.Tensor, sof
     tilts a = U q [B, R, D], value directions u [R, D] and ``softmax`` [R] (bool: softmax, else linear)."""
     B, L, D = prompt.shape
     R = tilts.shape[1]
-    tilts, values = tilts.contiguous(), values.contiguous()
     prediction = prompt.new_empty(B, R)
     for_a = prompt.new_empty(B, R, D) if gradients else None
     for_u = prompt.new_empty(B, R, D) if gradients else None
@@ -138,7 +137,6 @@ def loss_and_gradient(prompt: torch.Tensor, tilts: torch.Tensor, values: torch.T
     ∇U = Σ_b ∂ℓ/∂ŷ_b (∇a-moment) q_bᵀ/√D [R, D, D] and ∇u = Σ_b ∂ℓ/∂ŷ_b (∇u-moment) [R, D], ∂ℓ/∂ŷ = 2(ŷ − y)/B."""
     B, L, D = prompt.shape
     R = tilts.shape[1]
-    tilts, values = tilts.contiguous(), values.contiguous()
     query, target = query.to(prompt.dtype).contiguous(), target.to(prompt.dtype).contiguous()
     loss, grad_U, grad_u = prompt.new_empty(R), prompt.new_empty(R, D, D), prompt.new_empty(R, D)
     _call(prompt, tilts, values, softmax, frame, (None, None, None), (query, target, loss, grad_U, grad_u))
