@@ -83,9 +83,8 @@ class RegressionTask:
         g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)  # [D, B, L+1]
         beta = standard_normal((batch, d), generator, dtype, device)  # [B, d], times τ in ``mixer``
         frame, query_map, mixer = self._whitening(dtype, device)
-        y = g[d].view(batch, 1, L + 1)
-        y.mul_(self.noise_variance**0.5)
-        y.baddbmm_((beta @ mixer).unsqueeze(1), g[:d].permute(1, 0, 2))  # y = (Cᵀβ)ᵀ g_x + σ g_y, one product
+        y = g[d].view(batch, 1, L + 1)  # y = (Cᵀβ)ᵀ g_x + σ g_y, one product
+        y.baddbmm_((beta @ mixer).unsqueeze(1), g[:d].permute(1, 0, 2), beta=self.noise_variance**0.5)
         tokens = g.permute(1, 2, 0)  # [B, L+1, D]
         query = tokens[:, L] @ query_map  # z_q = (C g_q, 0)
         target = tokens[:, L, d].clone()  # y_q = βᵀx_q + σε_q
@@ -123,9 +122,9 @@ class RegressionTask:
         else:
             x.copy_(uniform((batch, L + 1, d), generator, dtype, device).permute(2, 0, 1)).mul_(2.0).sub_(1.0).mul_(SQRT3)
         y = stored[d].view(batch, 1, L + 1)
-        y.copy_(standard_normal((batch, L + 1), generator, dtype, device).unsqueeze(1)).mul_(self.noise_variance**0.5)
+        y.copy_(standard_normal((batch, L + 1), generator, dtype, device).unsqueeze(1))
         beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
-        y.baddbmm_(beta.unsqueeze(1), x.permute(1, 0, 2))  # y = βᵀx + σε, one product
+        y.baddbmm_(beta.unsqueeze(1), x.permute(1, 0, 2), beta=self.noise_variance**0.5)  # y = βᵀx + σε, one product
         tokens = stored.permute(1, 2, 0)  # [B, L+1, D]
         query = tokens[:, L].clone()
         target = query[:, d].clone()

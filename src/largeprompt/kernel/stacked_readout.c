@@ -326,7 +326,8 @@ DEFINE_ENTRY(float)
 DEFINE_ENTRY(double)
 
 /* One plain-SGD step of every run (docs/performance.md#native-readout): U_r = K_rᵀQ_r/√D, u_r = V_rᵀO_rᵀ,
-   a_br = U_r q_b, then the batch MSE and ∇U, ∇u of stacked_readout; a run whose loss is not finite or exceeds
+   a_br = U_r q_b, then the batch MSE and ∇U, ∇u of stacked_readout (with a frame T: on U' = TᵀU and u' = Tᵀu,
+   once per run, and ∇U = T∇U', ∇u = T∇u' at the end, so that no prompt pays for T); a run whose loss is not finite or exceeds
    ``threshold`` is left as it is and flagged in ``diverged`` (its weights stay where its loss blew up); every
    other run steps θ ← θ − lr_r ∇θ with ∇Q = K∇U, ∇K = Q∇Uᵀ, ∇V = Oᵀ∇uᵀ, ∇O = (V∇u)ᵀ, all from the weights before
    the step. Q, K, V [R, D, D] and O [R, 1, D] contiguous, updated in place; lr [R]; outputs loss [R] and
@@ -356,6 +357,20 @@ DEFINE_ENTRY(double)
                 u[r * D + j] = acc;                                                                              \
             }                                                                                                    \
         }                                                                                                        \
+        if (frame) { /* the prompt's frame once per run: U' = TᵀU, u' = Tᵀu (grad_U, grad_u as scratch) */        \
+            for (int r = 0; r < R; r++)                                                                          \
+                for (int i = 0; i < D; i++) {                                                                    \
+                    for (int j = 0; j < D; j++) {                                                                \
+                        T acc = 0;                                                                               \
+                        for (int m = 0; m < D; m++) acc += frame[m * D + i] * U[r * DD2 + m * D + j];            \
+                        grad_U[r * DD2 + i * D + j] = acc;                                                       \
+                    }                                                                                            \
+                    T acc = 0;                                                                                   \
+                    for (int m = 0; m < D; m++) acc += frame[m * D + i] * u[r * D + m];                          \
+                    grad_u[r * D + i] = acc;                                                                     \
+                }                                                                                                \
+            memcpy(U, grad_U, sizeof(T) * R * DD2), memcpy(u, grad_u, sizeof(T) * R * D);                        \
+        }                                                                                                        \
         for (int b = 0; b < B; b++)                                                                              \
             for (int r = 0; r < R; r++)                                                                          \
                 for (int i = 0; i < D; i++) {                                                                    \
@@ -363,8 +378,23 @@ DEFINE_ENTRY(double)
                     for (int j = 0; j < D; j++) acc += U[r * DD2 + i * D + j] * query[b * D + j];                \
                     a[((size_t)b * R + r) * D + i] = acc;                                                        \
                 }                                                                                                \
-        stacked_readout_##T(p, bs, fs, B, L, D, R, softmax, a, u, frame, 0, 0, 0, query, target, loss, grad_U,    \
+        /* in the prompt's own frame; its gradients ∇U', ∇u' map back by T below */                               \
+        stacked_readout_##T(p, bs, fs, B, L, D, R, softmax, a, u, 0, 0, 0, 0, query, target, loss, grad_U,        \
                             grad_u);                                                                             \
+        if (frame) { /* ∇U = T∇U', ∇u = T∇u' (U, u as scratch: no longer needed) */                                 \
+            for (int r = 0; r < R; r++)                                                                          \
+                for (int i = 0; i < D; i++) {                                                                    \
+                    for (int j = 0; j < D; j++) {                                                                \
+                        T acc = 0;                                                                               \
+                        for (int m = 0; m < D; m++) acc += frame[i * D + m] * grad_U[r * DD2 + m * D + j];       \
+                        U[r * DD2 + i * D + j] = acc;                                                            \
+                    }                                                                                            \
+                    T acc = 0;                                                                                   \
+                    for (int m = 0; m < D; m++) acc += frame[i * D + m] * grad_u[r * D + m];                     \
+                    u[r * D + i] = acc;                                                                          \
+                }                                                                                                \
+            memcpy(grad_U, U, sizeof(T) * R * DD2), memcpy(grad_u, u, sizeof(T) * R * D);                        \
+        }                                                                                                        \
         for (int r = 0; r < R; r++) {                                                                            \
             diverged[r] = !(isfinite(loss[r]) && loss[r] <= threshold);                                          \
             if (diverged[r] || lr[r] == 0) continue;                                                             \
