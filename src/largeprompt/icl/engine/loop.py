@@ -102,6 +102,14 @@ class PromptLengthTrainer:
             if k >= len(self.step_sizes[r]) or self.status[r] != "ok":
                 self.next_log[r] = self.n_log + 1  # the run is over: no more rows
 
+    def _schedule(self) -> tuple[int, dict[int, list[int]]]:
+        """(the first step at which a run still going logs or ends, the runs still stepping per batch stream): between
+        two such steps no run's log, end or membership changes (a divergence is looked at as it happens)."""
+        events = [min(self._due_step(r) if self.next_log[r] <= self.n_log else len(self.step_sizes[r]),
+                      len(self.step_sizes[r])) for r in range(len(self.specs)) if self.active(r)]
+        stepping = {j: [r for r in members if self.active(r)] for j, members in self._streams.items()}
+        return (min(events) if events else self.step), {j: runs for j, runs in stepping.items() if runs}
+
     def _plan(self, runs: list[int]) -> stacked.Plan:
         """The plan of a step of ``runs`` (:func:`largeprompt.icl.engine.tuning.plan_for`), looked up once per set of runs."""
         key = tuple(runs)
@@ -157,17 +165,19 @@ class PromptLengthTrainer:
             print(f"resumed all {len(self.specs)} runs from {checkpoint} at step {self.step}")
         bar = progress(total=self.total_steps, initial=self.step) if progress else None
         self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
-        while any(self.active(r) for r in range(len(self.specs))):
+        next_event, stepping = self._schedule()
+        while stepping:
             if checkpoint is not None and checkpoint_every and self.step and self.step % checkpoint_every == 0:
                 checkpoint.save(self.state(key))
             diverged = []
-            for stream, members in self._streams.items():
-                runs = [r for r in members if self.active(r)]
-                diverged += self.advance(stream, runs) if runs else []
+            for stream, runs in stepping.items():
+                diverged += self.advance(stream, runs)
             if diverged:
                 self._diverged(diverged, test_set, fatal_divergence)
             self.step += 1
-            self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
+            if diverged or self.step >= next_event:  # a run may log or end here: look at each
+                self.log([r for r in range(len(self.specs)) if self._log_due(r)], test_set)
+                next_event, stepping = self._schedule()
             if bar is not None:
                 bar.update(1)
         if bar is not None:
