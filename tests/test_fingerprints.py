@@ -19,7 +19,7 @@ def test_a_rule_reaches_only_the_code_it_runs():
     assert not any(m.startswith(("largeprompt.kernel", "largeprompt.maths.attention")) for m in rates)
     flow = reached(SCRIPTS / "full_model_flow.py")
     assert "largeprompt.icl.full_model_risk" in flow and "largeprompt.icl.engine.stacked" not in flow  # flows use no SGD
-    assert reached(SCRIPTS / "train.py")["largeprompt.icl.engine.runs"] >= {"initial_parameters", "batch"}
+    assert reached(SCRIPTS / "train.py")["largeprompt.icl.engine.runs"] >= {"initial_parameters", "whitened_batch"}
     for script in SCRIPTS.glob("*.py"):
         modules = reached(script)
         assert not any(is_plumbing(m) for m in modules), script.name  # logs, Parquet, provenance never count
