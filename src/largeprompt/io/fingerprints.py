@@ -137,7 +137,6 @@ def _references(mod: Module, node: ast.AST, local: set[str]) -> set[tuple[str, s
     return uses.out
 
 
-@functools.cache
 def _foreign_source(path: Path, name: str, node: ast.stmt) -> str:
     """The text of the file that a constant ``*_SOURCE = "<file>"`` names next to its module (e.g. C code that the
     module compiles): it counts as that constant's definition; '' for any other definition."""
@@ -148,6 +147,7 @@ def _foreign_source(path: Path, name: str, node: ast.stmt) -> str:
     return foreign.read_text() if foreign.is_file() else ""
 
 
+@functools.cache
 def parse_module(name: str, path: Path | None = None) -> Module:
     """The :class:`Module` of ``name`` (or of a script at ``path``, named ``name``)."""
     path = path or module_file(name)
