@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from largeprompt.icl import models
-from largeprompt.kernel import native
+from largeprompt.kernel import native as native_kernel  # not "native": Plan has a field of that name
 
 LOG2E = 1.0 / math.log(2.0)
 BLOCK_ELEMENTS = 1 << 22  # the rows of one block of prompts, [block, 2R, L], hold at most this many numbers
@@ -193,14 +193,14 @@ def _blockwise(fn, columns, prompt, S: int, plan: Plan | None):
 
 def _native(plan: Plan | None, prompt) -> bool:
     """Whether this step's softmax readout runs natively (the plan says so and the prompt's layout allows it)."""
-    return bool(plan and plan.native) and native.supports(prompt) and native.library() is not None
+    return bool(plan and plan.native) and native_kernel.supports(prompt) and native_kernel.library() is not None
 
 
 def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.Tensor:
     """ŷ [R, B] of every run on one batch (the softmax runs' rows in blocks of prompts: a large test set fits)."""
     if _native(plan, prompt):
         U, u = stack.attention()
-        return native.readout(prompt, _tilts(query, U), u, stack.softmax, gradients=False)[0].T
+        return native_kernel.readout(prompt, _tilts(query, U), u, stack.softmax, gradients=False)[0].T
     U, u, back, S = _attention_in_order(stack)
     base2 = bool(plan and plan.base2)
     a, out = _tilts(query, U), []
@@ -259,7 +259,7 @@ def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None
     those of z (docs/experiments.md#whitened-draw)."""
     if _native(plan, prompt):  # the batch's sums in the same native call
         U, u = stack.attention()
-        loss, grad_U, grad_u = native.loss_and_gradient(prompt, _tilts(query, U), u, stack.softmax, frame, query, target)
+        loss, grad_U, grad_u = native_kernel.loss_and_gradient(prompt, _tilts(query, U), u, stack.softmax, frame, query, target)
     else:
         loss, grad_U, grad_u = _batch_sums(query, target, *_step_readout(stack, query, prompt, plan, frame))
     grads = {
@@ -278,7 +278,7 @@ def native_step(stack: RunStack, query, prompt, target, lr: torch.Tensor, thresh
     weights = [getattr(stack, n) for n in models.PARAMETER_NAMES]
     if not _native(plan, prompt) or not all(w.is_contiguous() and w.dtype == prompt.dtype for w in weights):
         return None
-    return native.sgd_step(prompt, stack.softmax, query, target, frame, weights, lr, threshold)
+    return native_kernel.sgd_step(prompt, stack.softmax, query, target, frame, weights, lr, threshold)
 
 
 def sgd_step(stack: RunStack, grads: dict[str, torch.Tensor], lr: torch.Tensor) -> None:
