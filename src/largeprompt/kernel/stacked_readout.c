@@ -177,16 +177,19 @@ static inline vd load_vd(const double *ptr) {
             for (int i = j; i < DD; i++) second[j * DD + i] = second[i * DD + j] = HSUM(acc[j][i]) / L;          \
     }
 
-/* out = T v (T [D, D] row-major), or v where there is no frame. */
+/* out = T v, or Tᵀ v if ``transposed`` (T [D, D] row-major), or v where there is no frame; v and out are read
+   and written with strides vs and os (a column of a matrix: stride D), and may be the same vector. */
 #define DEFINE_FRAMED(NAME, T)                                                                                   \
-    static inline void NAME(const T *frame, const T *v, int D, T *out) {                                         \
+    static inline void NAME(const T *frame, int transposed, const T *v, int vs, int D, T *out, int os) {         \
+        T mapped[MAX_D];                                                                                         \
         for (int j = 0; j < D; j++) {                                                                            \
             T acc = 0;                                                                                           \
-            if (!frame) acc = v[j];                                                                              \
+            if (!frame) acc = v[j * vs];                                                                         \
             else                                                                                                 \
-                for (int k = 0; k < D; k++) acc += frame[j * D + k] * v[k];                                      \
-            out[j] = acc;                                                                                        \
+                for (int k = 0; k < D; k++) acc += (transposed ? frame[k * D + j] : frame[j * D + k]) * v[k * vs]; \
+            mapped[j] = acc;                                                                                     \
         }                                                                                                        \
+        for (int j = 0; j < D; j++) out[j * os] = mapped[j];                                                     \
     }
 DEFINE_FRAMED(framed_float, float)
 DEFINE_FRAMED(framed_double, double)
@@ -200,13 +203,7 @@ DEFINE_FRAMED(framed_double, double)
         int have_second = 0;                                                                                     \
         for (int r = 0; r < R; r++) {                                                                            \
             const T *ur = up + r * DD;                                                                           \
-            for (int j = 0; j < DD; j++) { /* a' = Tᵀa */                                                         \
-                T acc = 0;                                                                                       \
-                if (!frame) acc = a[r * DD + j];                                                                 \
-                else                                                                                             \
-                    for (int k = 0; k < DD; k++) acc += frame[k * DD + j] * a[r * DD + k];                       \
-                ap[j] = acc;                                                                                     \
-            }                                                                                                    \
+            FRAMED(frame, 1, a + r * DD, 1, DD, ap, 1); /* a' = Tᵀa */                                           \
             T y = 0;                                                                                             \
             if (softmax[r]) {                                                                                    \
                 for (int j = 0; j < DD; j++) tilt[j] = (T)LOG2E * ap[j];                                         \
@@ -223,7 +220,7 @@ DEFINE_FRAMED(framed_double, double)
                 }                                                                                                \
             }                                                                                                    \
             pred[r] = y;                                                                                         \
-            if (for_a) FRAMED(frame, fa, DD, for_a + r * DD), FRAMED(frame, fu, DD, for_u + r * DD);             \
+            if (for_a) FRAMED(frame, 0, fa, 1, DD, for_a + r * DD, 1), FRAMED(frame, 0, fu, 1, DD, for_u + r * DD, 1); \
         }                                                                                                        \
     }
 
@@ -238,14 +235,7 @@ DEFINE_FRAMED(framed_double, double)
         const T *z[DD];                                                                                          \
         T pad[DD * N] __attribute__((aligned(VBYTES)));                                                          \
         T up[R * DD + 1], y[R + 1], fa[R * DD + 1], fu[R * DD + 1];                                              \
-        for (int r = 0; r < R; r++)                                                                              \
-            for (int j = 0; j < DD; j++) {                                                                       \
-                T acc = 0;                                                                                       \
-                if (!frame) acc = u[r * DD + j];                                                                 \
-                else                                                                                             \
-                    for (int k = 0; k < DD; k++) acc += frame[k * DD + j] * u[r * DD + k];                       \
-                up[r * DD + j] = acc;                                                                            \
-            }                                                                                                    \
+        for (int r = 0; r < R; r++) framed_##T(frame, 1, u + r * DD, 1, DD, up + r * DD, 1); /* u' = Tᵀu */      \
         if (query) memset(loss, 0, sizeof(T) * R), memset(grad_U, 0, sizeof(T) * R * DD * DD),                   \
             memset(grad_u, 0, sizeof(T) * R * DD);                                                               \
         const int full = L / N;                                                                                  \
@@ -357,20 +347,11 @@ DEFINE_ENTRY(double)
                 u[r * D + j] = acc;                                                                              \
             }                                                                                                    \
         }                                                                                                        \
-        if (frame) { /* the prompt's frame once per run: U' = TᵀU, u' = Tᵀu (grad_U, grad_u as scratch) */        \
-            for (int r = 0; r < R; r++)                                                                          \
-                for (int i = 0; i < D; i++) {                                                                    \
-                    for (int j = 0; j < D; j++) {                                                                \
-                        T acc = 0;                                                                               \
-                        for (int m = 0; m < D; m++) acc += frame[m * D + i] * U[r * DD2 + m * D + j];            \
-                        grad_U[r * DD2 + i * D + j] = acc;                                                       \
-                    }                                                                                            \
-                    T acc = 0;                                                                                   \
-                    for (int m = 0; m < D; m++) acc += frame[m * D + i] * u[r * D + m];                          \
-                    grad_u[r * D + i] = acc;                                                                     \
-                }                                                                                                \
-            memcpy(U, grad_U, sizeof(T) * R * DD2), memcpy(u, grad_u, sizeof(T) * R * D);                        \
-        }                                                                                                        \
+        if (frame) /* the prompt's frame once per run, in place: U' = TᵀU (column by column), u' = Tᵀu */        \
+            for (int r = 0; r < R; r++) {                                                                        \
+                for (int j = 0; j < D; j++) framed_##T(frame, 1, U + r * DD2 + j, D, D, U + r * DD2 + j, D);      \
+                framed_##T(frame, 1, u + r * D, 1, D, u + r * D, 1);                                             \
+            }                                                                                                    \
         for (int b = 0; b < B; b++)                                                                              \
             for (int r = 0; r < R; r++)                                                                          \
                 for (int i = 0; i < D; i++) {                                                                    \
@@ -381,20 +362,11 @@ DEFINE_ENTRY(double)
         /* in the prompt's own frame; its gradients ∇U', ∇u' map back by T below */                               \
         stacked_readout_##T(p, bs, fs, B, L, D, R, softmax, a, u, 0, 0, 0, 0, query, target, loss, grad_U,        \
                             grad_u);                                                                             \
-        if (frame) { /* ∇U = T∇U', ∇u = T∇u' (U, u as scratch: no longer needed) */                                 \
-            for (int r = 0; r < R; r++)                                                                          \
-                for (int i = 0; i < D; i++) {                                                                    \
-                    for (int j = 0; j < D; j++) {                                                                \
-                        T acc = 0;                                                                               \
-                        for (int m = 0; m < D; m++) acc += frame[i * D + m] * grad_U[r * DD2 + m * D + j];       \
-                        U[r * DD2 + i * D + j] = acc;                                                            \
-                    }                                                                                            \
-                    T acc = 0;                                                                                   \
-                    for (int m = 0; m < D; m++) acc += frame[i * D + m] * grad_u[r * D + m];                     \
-                    u[r * D + i] = acc;                                                                          \
-                }                                                                                                \
-            memcpy(grad_U, U, sizeof(T) * R * DD2), memcpy(grad_u, u, sizeof(T) * R * D);                        \
-        }                                                                                                        \
+        if (frame) /* back to the tokens' frame, in place: ∇U = T∇U', ∇u = T∇u' */                                \
+            for (int r = 0; r < R; r++) {                                                                        \
+                for (int j = 0; j < D; j++) framed_##T(frame, 0, grad_U + r * DD2 + j, D, D, grad_U + r * DD2 + j, D); \
+                framed_##T(frame, 0, grad_u + r * D, 1, D, grad_u + r * D, 1);                                   \
+            }                                                                                                    \
         for (int r = 0; r < R; r++) {                                                                            \
             diverged[r] = !(isfinite(loss[r]) && loss[r] <= threshold);                                          \
             if (diverged[r] || lr[r] == 0) continue;                                                             \
