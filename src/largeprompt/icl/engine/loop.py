@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 
 import numpy as np
 import pandas as pd
@@ -127,33 +126,30 @@ class PromptLengthTrainer:
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
         rates = torch.tensor([self.step_sizes[r][self.step] for r in runs], dtype=torch.float64)
-        stepped = stacked.native_step(sub, query, prompt, target, rates, self.threshold, frame, self._plan(runs))
-        if stepped is not None:  # one native call did the step, in place
-            if not whole:
-                for name in ("Q", "K", "V", "O"):
-                    getattr(self.stack, name)[index] = getattr(sub, name)
-            for r, value in zip(runs, stepped[0].double().cpu().numpy()):
-                self.window[r].append(float(value))
-            return [r for r, flag in zip(runs, stepped[1].tolist()) if flag]
-        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, self._plan(runs), frame)
-        values = loss.double().cpu().numpy()
-        diverged = []
-        for r, value in zip(runs, values):
+        plan = self._plan(runs)
+        stepped = stacked.native_step(sub, query, prompt, target, rates, self.threshold, frame, plan)
+        loss, flags = stepped if stepped is not None else self._torch_step(sub, query, prompt, target, frame, plan, rates)
+        if not whole:
+            for name in ("Q", "K", "V", "O"):
+                getattr(self.stack, name)[index] = getattr(sub, name)
+        for r, value in zip(runs, loss.double().cpu().numpy()):
             self.window[r].append(float(value))
-            if not math.isfinite(value) or value > self.threshold:
-                diverged.append(r)
-        lr = torch.tensor([0.0 if r in diverged else self.step_sizes[r][self.step] for r in runs],
-                          dtype=self.dtype, device=self.stack.Q.device).view(-1, 1, 1)
+        return [r for r, flag in zip(runs, flags.tolist()) if flag]
+
+    def _torch_step(self, sub: stacked.RunStack, query, prompt, target, frame, plan, rates):
+        """The step of :meth:`advance` by torch (no native library, or a device): (loss, diverged), ``sub``'s weights
+        replaced; a diverged run (loss not finite or above the threshold) keeps the weights at which it blew up."""
+        loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, plan, frame)
+        values = loss.double().cpu()
+        diverged = ~torch.isfinite(values) | (values > self.threshold)
+        lr = torch.where(diverged, 0.0, rates).to(dtype=self.dtype, device=self.stack.Q.device).view(-1, 1, 1)
         for name in ("Q", "K", "V", "O"):
             old = getattr(sub, name)
             new = old - lr * grads[name]
-            if diverged:  # a diverged run keeps the weights at which its loss blew up (0·inf is NaN)
+            if bool(diverged.any()):  # 0·inf is NaN: keep the old weights outright
                 new = torch.where(lr == 0, old, new)
-            if whole:
-                setattr(self.stack, name, new)
-            else:
-                getattr(self.stack, name)[index] = new
-        return diverged
+            setattr(sub, name, new)
+        return loss, diverged
 
     def run(self, test_set, *, checkpoint=None, checkpoint_every: int = 0, key_extra: dict | None = None,
             fatal_divergence: bool = False, progress=None) -> pd.DataFrame:
