@@ -99,6 +99,13 @@ def supports(prompt: torch.Tensor) -> bool:
             and (prompt.stride(1) == 1 or prompt.shape[1] == 1) and prompt.shape[1] > 0)
 
 
+def _common(prompt, softmax, frame):
+    """The inputs both entries share, as C reads them: the softmax flags [R] as bytes and the frame (or None) in the
+    prompt's dtype."""
+    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
+    return flags, None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+
+
 def _call(prompt, tilts, values, softmax, frame, outputs, fit=None):
     """One call of the C entry; ``outputs``: (prediction, ∇a-moment, ∇u-moment) tensors or None, ``fit``:
     (query, target, loss, ∇U, ∇u) or None."""
@@ -106,8 +113,7 @@ def _call(prompt, tilts, values, softmax, frame, outputs, fit=None):
     if lib is None or not supports(prompt):
         raise ValueError("native readout: no library, or a prompt it does not take (check supports() first)")
     B, L, D = prompt.shape
-    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
-    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
+    flags, frame = _common(prompt, softmax, frame)
     tilts, values = tilts.contiguous(), values.contiguous()  # held here: the C call reads their memory
     pointers = [None if t is None else t.data_ptr() for t in (*outputs, *(fit or (None,) * 5))]
     code = getattr(lib, ENTRY[prompt.dtype])(
@@ -153,9 +159,8 @@ def sgd_step(prompt: torch.Tensor, softmax: torch.Tensor, query: torch.Tensor, t
         raise ValueError("native step: no library, or inputs it does not take (check supports() first)")
     B, L, D = prompt.shape
     R = softmax.shape[0]
-    flags = softmax.to(device="cpu", dtype=torch.uint8).contiguous()
+    flags, frame = _common(prompt, softmax, frame)
     query, target = query.to(prompt.dtype).contiguous(), target.to(prompt.dtype).contiguous()
-    frame = None if frame is None else frame.to(dtype=prompt.dtype).contiguous()
     lr = lr.to(dtype=prompt.dtype).contiguous()
     loss, diverged = prompt.new_empty(R), torch.empty(R, dtype=torch.uint8)
     code = getattr(lib, SGD_ENTRY[prompt.dtype])(
