@@ -96,9 +96,9 @@ class RegressionTask:
         key = ("whitening", dtype, str(device))
         if key not in self._chol_cache:
             d, chol = self.dim, self._chol
-            frame = torch.eye(d + 1, dtype=torch.float64)
+            frame = torch.eye(d + 1, dtype=torch.float64, device="cpu")  # built on the host, beside C
             frame[:d, :d] = chol
-            query_map = torch.zeros(d + 1, d + 1, dtype=torch.float64)
+            query_map = torch.zeros(d + 1, d + 1, dtype=torch.float64, device="cpu")
             query_map[:d, :d] = chol.T
             mixer = chol * self.task_variance**0.5
             self._chol_cache[key] = tuple(t.to(dtype=dtype, device=device) for t in (frame, query_map, mixer))

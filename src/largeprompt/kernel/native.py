@@ -162,7 +162,7 @@ def sgd_step(prompt: torch.Tensor, softmax: torch.Tensor, query: torch.Tensor, t
     flags, frame = _common(prompt, softmax, frame)
     query, target = query.to(prompt.dtype).contiguous(), target.to(prompt.dtype).contiguous()
     lr = lr.to(dtype=prompt.dtype).contiguous()
-    loss, diverged = prompt.new_empty(R), torch.empty(R, dtype=torch.uint8)
+    loss, diverged = prompt.new_empty(R), torch.empty(R, dtype=torch.uint8, device="cpu")
     code = getattr(lib, SGD_ENTRY[prompt.dtype])(
         prompt.data_ptr(), prompt.stride(0), prompt.stride(2), B, L, D, R, flags.data_ptr(), query.data_ptr(),
         target.data_ptr(), None if frame is None else frame.data_ptr(), *(w.data_ptr() for w in weights),

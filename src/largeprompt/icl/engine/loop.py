@@ -125,7 +125,7 @@ class PromptLengthTrainer:
         whole = runs == list(range(len(self.specs)))  # every run of the stack: no gather and scatter
         index = None if whole else torch.tensor(runs, device=self.stack.Q.device)
         sub = self.stack if whole else self.stack.select(index)
-        rates = torch.tensor([self.step_sizes[r][self.step] for r in runs], dtype=torch.float64)
+        rates = torch.tensor([self.step_sizes[r][self.step] for r in runs], dtype=torch.float64, device="cpu")
         plan = self._plan(runs)
         stepped = stacked.native_step(sub, query, prompt, target, rates, self.threshold, frame, plan)
         loss, flags = stepped if stepped is not None else self._torch_step(sub, query, prompt, target, frame, plan, rates)
