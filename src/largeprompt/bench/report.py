@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from largeprompt.kernel.autotune import cpu_model
+from largeprompt.kernel.kernel_cache import cpu_model
 
 
 def line(label: str, value: float, unit: str, ref_label: str, ref: float, ratio: float, target: str | None) -> str:

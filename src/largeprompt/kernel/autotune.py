@@ -29,18 +29,18 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
-from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
+from largeprompt.kernel import native_moments
+from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned, cpu_model
 from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
 
 ENV_KERNEL = "LARGEPROMPT_ATTENTION_KERNEL"
-KERNEL_REVISION = 4  # bump when TiltedMoments' hot loop changes: kernels tuned for an older loop are then retuned
+KERNEL_REVISION = 5  # bump when TiltedMoments' hot loop changes: kernels tuned for an older loop are then retuned
 DEFAULT_TILE_ELEMENTS = 1 << 20  # devices other than the CPU: not tuned
 TOKEN_MAJOR_MIN_QUERIES = 16  # the untuned default storage order: token-major from this many queries per prompt
 MAX_TILE_ELEMENTS = 1 << 21
@@ -49,18 +49,6 @@ FALLBACK_CACHES = {2: 512 << 10, 3: 8 << 20}  # bytes, where /sys does not say
 
 _chosen: dict[str, AttentionKernel] = {}  # regime key → the kernel used by this process
 _sources: dict[str, str] = {}  # regime key → "env" | "cache" | "tuned" | "default"
-
-
-def cpu_model() -> str:
-    """The CPU's model string from /proc/cpuinfo ('model name'), or platform's guess."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for row in fh:
-                if row.lower().startswith(("model name", "hardware", "cpu model")):
-                    return row.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[int, int]:
@@ -122,9 +110,14 @@ def default_kernel(queries: int, tile_elements: int = DEFAULT_TILE_ELEMENTS) -> 
 
 
 def candidate_kernels(queries: int, prompts: int, dim: int, itemsize: int, caches=None) -> list[AttentionKernel]:
-    """Every candidate tile (:func:`candidate_tiles`) in both storage orders and both bases."""
-    return [AttentionKernel(tile, token_major, base2) for tile in candidate_tiles(queries, prompts, dim, itemsize, caches)
-            for token_major in (False, True) for base2 in (False, True)]
+    """Every candidate tile (:func:`candidate_tiles`) in both storage orders and both bases, and the native loop
+    (:mod:`largeprompt.kernel.native_moments`) where it is built and takes this D and dtype."""
+    tiles = candidate_tiles(queries, prompts, dim, itemsize, caches)
+    kernels = [AttentionKernel(tile, token_major, base2) for tile in tiles for token_major in (False, True)
+               for base2 in (False, True)]
+    if native_moments.library() is not None and 1 <= dim <= native_moments.MAX_DIM and itemsize in (4, 8):
+        kernels.append(AttentionKernel(tiles[0], False, True, native=True))
+    return kernels
 
 
 def time_candidates(kernels, queries, prompts, dim, second_moment, dtype, rounds: int = 3) -> dict[AttentionKernel, float]:

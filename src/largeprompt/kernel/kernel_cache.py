@@ -1,4 +1,5 @@
-"""The per-machine cache file of :mod:`largeprompt.kernel.autotune`: its path, an exclusive lock, and atomic reads and writes.
+"""The per-machine cache file of :mod:`largeprompt.kernel.autotune`: its path, an exclusive lock, atomic reads and
+writes, and the CPU model that names a machine.
 
 ``$XDG_CACHE_HOME/largeprompt/attention_kernels.json`` (``~/.cache/largeprompt``) holds
 ``{"format": CACHE_FORMAT, "machines": {machine key: {regime key: entry}}}``; a file of another format,
@@ -9,10 +10,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import tempfile
 from pathlib import Path
 
 CACHE_FORMAT = 2
+
+
+def cpu_model() -> str:
+    """The CPU's model string from /proc/cpuinfo ('model name'), or platform's guess."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for row in fh:
+                if row.lower().startswith(("model name", "hardware", "cpu model")):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def cache_file() -> Path:

@@ -3,82 +3,32 @@
 One pass over each prompt gives every run's prediction and the two moments its gradient is made of (softmax runs:
 m = Σ e z / Z and n − ŷm with n = Σ e w z / Z; linear runs: Cu and Ca from C = Σ z zᵀ / L), in the stack's order
 and in the true frame of a whitened prompt, without the rows [B, 2S, L] that the torch path writes and reads five
-times, and in one call instead of some twenty torch calls. The C
-source ships with the package and is compiled once per machine by the system's C compiler (``$CC``, else
-``cc``) with ``-O3 -march=native``, into ``~/.cache/largeprompt/native/`` under a name that hashes the source,
-the flags, the compiler's version and the machine. Where there is no compiler, the build fails, or
+times, and in one call instead of some twenty torch calls. The C source ships with the package and is compiled
+once per machine (:mod:`largeprompt.kernel.native_build`). Where there is no compiler, the build fails, or
 ``LARGEPROMPT_NATIVE=0``, :func:`library` is None and the engine's tuning never offers the native plan.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import subprocess
-import tempfile
-import warnings
-from importlib import resources
-from pathlib import Path
 
 import torch
 
-from largeprompt.kernel import autotune
-from largeprompt.kernel.kernel_cache import cache_file, locked
+from largeprompt.kernel import native_build
 
-ENV_NATIVE = "LARGEPROMPT_NATIVE"
+ENV_NATIVE = native_build.ENV_NATIVE
 C_SOURCE = "stacked_readout.c"  # fingerprinted with this constant (largeprompt.io.fingerprints)
-FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-std=gnu11")
 MAX_DIM = 8  # token dimensions 2…8 are compiled in
 _P, _I64, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 ENTRY = {torch.float32: "stacked_readout_float", torch.float64: "stacked_readout_double"}
 SGD_ENTRY = {torch.float32: "stacked_sgd_float", torch.float64: "stacked_sgd_double"}
 
 
-def source() -> str:
-    return resources.files("largeprompt.kernel").joinpath(C_SOURCE).read_text()
-
-
-def _compiler() -> str:
-    return os.environ.get("CC", "cc")
-
-
-def _build_name(compiler: str) -> str:
-    """The library's file name: a hash of the source, the flags, the compiler's version and the machine."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
-    digest = hashlib.sha256("\n".join([source(), " ".join(FLAGS), version, autotune.cpu_model()]).encode())
-    return f"stacked_readout-{digest.hexdigest()[:16]}.so"
-
-
-def _compile(compiler: str, target: Path) -> None:
-    """Compile to a temporary file next to ``target``, then rename (a killed build leaves no library)."""
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / C_SOURCE
-        src.write_text(source())
-        out = Path(tmp) / target.name
-        done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
-        os.replace(out, target)
-
-
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
-    """The compiled readout (built on first use, under the kernel cache's lock), or None where it cannot be."""
-    if os.environ.get(ENV_NATIVE, "1").strip() == "0":
-        return None
-    compiler = _compiler()
-    try:
-        folder = cache_file().parent / "native"
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / _build_name(compiler)
-        with locked(folder / ".lock"):
-            if not target.exists():
-                _compile(compiler, target)
-        lib = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        warnings.warn(f"native readout unavailable ({exc}); the engine uses torch. Install a C compiler (e.g. "
-                      f"apt-get install gcc) or set CC, or set {ENV_NATIVE}=0 to silence this", stacklevel=2)
+    """The compiled readout (:func:`largeprompt.kernel.native_build.load`), or None where it cannot be built."""
+    lib = native_build.load(C_SOURCE)
+    if lib is None:
         return None
     for name in ENTRY.values():
         fn = getattr(lib, name)

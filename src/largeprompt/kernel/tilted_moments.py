@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from largeprompt.kernel import native_moments
+
 LOG2_E = 1.0 / math.log(2.0)
 
 
@@ -20,31 +22,38 @@ class AttentionKernel:
     ``tile_elements``: scores per GEMM → exp → GEMM step. ``token_major``: scores and sums stored
     transposed ([n, l, q], rows [z, 1, z⊗z] contiguous per token) or query-major (scores [n, q, l],
     rows stored per feature). ``base2``: weights 2^{log₂e·s − r} by exp2 instead of e^{s − r} by exp
-    (which of the two is faster depends on the CPU and its math library). Written and parsed as
-    ``tile=131072,scores=query,exp=2``.
+    (which of the two is faster depends on the CPU and its math library). ``native``: the compiled loop of
+    :mod:`largeprompt.kernel.native_moments` instead of torch's GEMMs (base 2; tile and storage order then unused).
+    Written and parsed as ``tile=131072,scores=query,exp=2`` (``,engine=native`` for the native loop).
     """
 
     tile_elements: int
     token_major: bool = False
     base2: bool = False
+    native: bool = False
 
     def __str__(self) -> str:
-        return f"tile={self.tile_elements},scores={'token' if self.token_major else 'query'},exp={'2' if self.base2 else 'e'}"
+        text = f"tile={self.tile_elements},scores={'token' if self.token_major else 'query'},exp={'2' if self.base2 else 'e'}"
+        return text + (",engine=native" if self.native else "")
 
     @classmethod
     def parse(cls, text: str, default: AttentionKernel) -> AttentionKernel:
-        """``tile=<n>,scores=token|query,exp=e|2``; a missing field keeps ``default``'s."""
+        """``tile=<n>,scores=token|query,exp=e|2,engine=torch|native``; a missing field keeps ``default``'s
+        (``engine=native`` implies ``exp=2``)."""
         fields = {"tile": str(default.tile_elements), "scores": "token" if default.token_major else "query",
-                  "exp": "2" if default.base2 else "e"}
+                  "exp": "2" if default.base2 else "e", "engine": "native" if default.native else "torch"}
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, _, value = part.partition("=")
             if key.strip() not in fields:
-                raise ValueError(f"unknown attention kernel field {key.strip()!r} in {text!r}; expected tile, scores, exp")
+                raise ValueError(f"unknown attention kernel field {key.strip()!r} in {text!r}; expected tile, scores, exp, engine")
             fields[key.strip()] = value.strip()
         tile = int(fields["tile"]) if fields["tile"].isdigit() else 0
-        if tile < 1 or fields["scores"] not in ("token", "query") or fields["exp"] not in ("e", "2"):
-            raise ValueError(f"attention kernel {text!r}: expected tile=<positive integer>, scores=token|query, exp=e|2")
-        return cls(tile, fields["scores"] == "token", fields["exp"] == "2")
+        if (tile < 1 or fields["scores"] not in ("token", "query") or fields["exp"] not in ("e", "2")
+                or fields["engine"] not in ("torch", "native")):
+            raise ValueError(f"attention kernel {text!r}: expected tile=<positive integer>, scores=token|query, exp=e|2, "
+                             "engine=torch|native")
+        native = fields["engine"] == "native"
+        return cls(tile, fields["scores"] == "token", fields["exp"] == "2" or native, native)
 
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
@@ -111,7 +120,7 @@ class TiltedMoments:
             n, q = self._flat_tilt.shape[:2]
             self.kernel = self.choose_kernel(q, n, dim, tokens.dtype, tokens.device)
         if self._scaled_tilt is None:
-            self._scaled_tilt = self._flat_tilt * LOG2_E if self.kernel.base2 else self._flat_tilt
+            self._scaled_tilt = self._flat_tilt * LOG2_E if self.kernel.base2 or self.kernel.native else self._flat_tilt
         return tokens.expand(*self._batch, *tokens.shape[-2:]).reshape(-1, *tokens.shape[-2:])
 
     @staticmethod
@@ -127,6 +136,9 @@ class TiltedMoments:
         if tokens.shape[-2] == 0:
             return
         tokens = self._prepare(tokens)
+        if self.kernel.native and native_moments.supports(tokens):
+            self._absorb_native(tokens)
+            return
         tile = max(self.MIN_TILE_TOKENS, int(self.kernel.tile_elements) // max(1, self._flat_tilt[..., 0].numel()))
         length, first = tokens.shape[1], 0
         if self.reference is None:  # the first tile sets the reference score
@@ -146,6 +158,16 @@ class TiltedMoments:
             for start in range(first, length, tile):
                 self._checked_tile(self._load(tokens[:, start : start + tile]))
         self.count += length
+
+    def _absorb_native(self, tokens: torch.Tensor) -> None:
+        """The block through the compiled loop (:func:`largeprompt.kernel.native_moments.absorb`, base 2)."""
+        n, q, dim = self._flat_tilt.shape
+        if self.sums is None:
+            width = dim + 1 + (dim * dim if self.second_moment else 0)
+            self.sums = tokens.new_zeros(n, q, width)
+            self.reference = tokens.new_full((n, q), -math.inf)
+        native_moments.absorb(tokens, self._scaled_tilt, self.reference, self.sums, self.second_moment)
+        self.count += tokens.shape[1]
 
     def _load(self, tokens: torch.Tensor) -> torch.Tensor:
         """Copy a tile [n, l, D] into the buffer as rows [z, 1, z⊗z]; returns them, [n, l, R]."""

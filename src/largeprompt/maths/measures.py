@@ -136,13 +136,15 @@ class Gaussian(TokenMeasure):
         self.loc = m
         self.cov = s
         self._chol = torch.linalg.cholesky(s)  # raises if S is not positive definite
+        eye = torch.eye(m.shape[0], dtype=dtype, device=device)
+        self._standard = bool((m == 0).all() and torch.equal(s, eye))  # N(0, I): a draw is its own sample
 
     def to(self, device) -> Gaussian:
         return Gaussian(self.loc.to(device), self.cov.to(device), dtype=self.dtype, device=device)
 
     def sample(self, n, generator=None):
         g = standard_normal((*_shape(n), self.dim), generator, self.dtype, self.device)
-        return self.loc + g @ self._chol.T  # [*n, D]
+        return g if self._standard else self.loc + g @ self._chol.T  # [*n, D]; for N(0, I) the same numbers
 
     def cgf(self, a):
         return a @ self.loc + 0.5 * ((a @ self.cov) * a).sum(-1)
@@ -166,7 +168,7 @@ class Rademacher(TokenMeasure):
 
     def sample(self, n, generator=None):
         bits = random_bits((*_shape(n), self.dim), generator, self.device)
-        return (2 * bits - 1).to(self.dtype)
+        return bits.to(self.dtype).mul_(2).sub_(1)  # 2b − 1, exact, in one buffer
 
     def cgf(self, a):
         return log_cosh(a).sum(-1)
@@ -193,7 +195,7 @@ class Uniform(TokenMeasure):
 
     def sample(self, n, generator=None):
         r = uniform((*_shape(n), self.dim), generator, self.dtype, self.device)
-        return SQRT3 * (2.0 * r - 1.0)
+        return r.mul_(2.0).sub_(1.0).mul_(SQRT3)  # √3 (2r − 1), in the draw's own buffer
 
     def cgf(self, a):
         return log_sinhc(SQRT3 * a).sum(-1)

@@ -1,0 +1,109 @@
+"""The native loop of the streaming tilted moments (largeprompt.kernel.native_moments; docs/performance.md#native-moments):
+against the untiled float64 reference within the dtype's round-off bound, overflow-free by its running reference,
+bit-identical on a rerun, and replaced by torch where it is not built."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from largeprompt.kernel import autotune, native_build, native_moments
+from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
+from tests.test_autotune import reference_moments, round_off_bound
+
+F64 = torch.float64
+NATIVE = AttentionKernel(1 << 16, False, True, native=True)
+needs_library = pytest.mark.skipif(native_moments.library() is None, reason="no C compiler here: the native loop is not built")
+
+
+def absorbed(tilt, tokens, kernel=NATIVE, second_moment=True, chunk=777):
+    acc = TiltedMoments(tilt, second_moment, kernel)
+    for start in range(0, tokens.shape[-2], chunk):
+        acc.update(tokens[..., start : start + chunk, :])
+    return acc
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [torch.float32, F64], ids=["float32", "float64"])
+@pytest.mark.parametrize("dim", [1, 2, 3, 5, 8])
+def test_the_native_loop_matches_the_untiled_reference_in_every_dimension(dim, dtype):
+    """Mean and covariance within the round-off bound of the dtype's eps; a tail shorter than one vector, and a
+    chunk boundary inside the loop's L1 block, are both exercised (L = 2001, updates of 777 tokens)."""
+    gen = torch.Generator().manual_seed(dim)
+    tilt = torch.randn(4, 3, dim, generator=gen, dtype=F64).to(dtype)
+    tokens = (1.5 * torch.randn(4, 2001, dim, generator=gen, dtype=F64) + 0.3).to(dtype)
+    acc = absorbed(tilt, tokens)
+    assert acc.reference is not None and acc.kernel.native
+    mean_ref, cov_ref = reference_moments(tilt, tokens)
+    tol = round_off_bound(tilt, tokens, torch.finfo(dtype).eps)
+    assert (acc.mean().double() - mean_ref).abs().max().item() <= tol
+    assert (acc.covariance().double() - cov_ref).abs().max().item() <= 4 * tol * tokens.abs().max().item()
+
+
+@needs_library
+def test_scores_of_ten_thousand_neither_overflow_nor_lose_the_top_token():
+    """Tilts of 2000 (scores ±10⁴) and a prompt whose scores rise across the updates: the running reference keeps
+    every weight ≤ 1 (the normaliser is at most the token count and at least 1, the top token's weight)."""
+    length = 5000
+    t = torch.linspace(-1.0, 1.0, length, dtype=F64)
+    tokens = torch.stack([t, torch.cos(40 * t), torch.sin(40 * t)], dim=-1)[None]  # [1, L, 3]
+    tilt = torch.tensor([[[3000.0, 0.0, 0.0], [-3000.0, 1.0, 0.0], [1.0, 2.0, 3.0]]], dtype=F64)
+    acc = absorbed(tilt, tokens, chunk=1000)
+    mean_ref, cov_ref = reference_moments(tilt, tokens)
+    normaliser = acc.sums[..., 3]
+    assert torch.isfinite(acc.sums).all() and (normaliser >= 1).all() and (normaliser <= length).all()
+    assert (acc.mean() - mean_ref).abs().max().item() <= round_off_bound(tilt, tokens, torch.finfo(F64).eps)
+
+
+@needs_library
+def test_a_prompt_shared_by_every_batch_cell_is_read_through_a_zero_stride():
+    """Tilts [4, 2, D] over one prompt [1, L, D] broadcast to the 4 cells (stride 0): each cell as if given its copy."""
+    gen = torch.Generator().manual_seed(3)
+    tilt = torch.randn(4, 2, 2, generator=gen, dtype=F64)
+    tokens = torch.randn(1, 900, 2, generator=gen, dtype=F64)
+    shared = absorbed(tilt, tokens)
+    copied = absorbed(tilt, tokens.expand(4, -1, -1).contiguous())
+    assert torch.equal(shared.mean(), copied.mean()) and torch.equal(shared.covariance(), copied.covariance())
+
+
+@needs_library
+def test_a_rerun_is_bit_identical_and_torch_agrees_to_round_off():
+    gen = torch.Generator().manual_seed(5)
+    tilt = torch.randn(8, 9, 2, generator=gen, dtype=F64)
+    tokens = torch.randn(8, 3000, 2, generator=gen, dtype=F64)
+    one, two = absorbed(tilt, tokens), absorbed(tilt, tokens)
+    assert torch.equal(one.mean(), two.mean()) and torch.equal(one.covariance(), two.covariance())
+    torch_path = absorbed(tilt, tokens, AttentionKernel(1 << 16, False, True))
+    tol = round_off_bound(tilt, tokens, torch.finfo(F64).eps)
+    assert (one.mean() - torch_path.mean()).abs().max().item() <= tol
+
+
+def test_the_kernel_string_names_the_native_engine_and_parses_back():
+    assert str(NATIVE).endswith(",engine=native")
+    assert AttentionKernel.parse(str(NATIVE), autotune.default_kernel(1)) == NATIVE
+    assert AttentionKernel.parse("engine=native,exp=e", autotune.default_kernel(1)).base2  # native is base 2
+    with pytest.raises(ValueError, match="engine=torch\\|native"):
+        AttentionKernel.parse("engine=fortran", autotune.default_kernel(1))
+
+
+def test_without_the_library_the_tuner_never_offers_it_and_a_native_kernel_runs_through_torch(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    native_moments.library.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert native_moments.library() is None
+        assert any("C compiler" in str(w.message) for w in caught)
+        assert not any(k.native for k in autotune.candidate_kernels(9, 256, 2, 8))
+        gen = torch.Generator().manual_seed(9)
+        tilt, tokens = torch.randn(2, 3, 2, generator=gen, dtype=F64), torch.randn(2, 1500, 2, generator=gen, dtype=F64)
+        acc = absorbed(tilt, tokens)  # the override's kernel, through torch's GEMMs in base 2
+        mean_ref, _ = reference_moments(tilt, tokens)
+        assert (acc.mean() - mean_ref).abs().max().item() <= round_off_bound(tilt, tokens, torch.finfo(F64).eps)
+        monkeypatch.setenv(native_build.ENV_NATIVE, "0")
+        native_moments.library.cache_clear()
+        assert native_moments.library() is None
+    finally:
+        native_moments.library.cache_clear()
