@@ -156,3 +156,22 @@ def test_rigorous_bound_holds_at_its_confidence(tmp_path):
         assert_within(frame[name] * frame["delta_method_rms"], frame[column], gamma(4) * frame[column], name)
     law = frame.groupby(["kappa", "delta"])["normalised_delta_method_quantile"]  # ‖N(0, C)‖-quantile / √tr C: no L (5 roundings each)
     assert_within(law.max() - law.min(), 0.0, gamma(10) * law.max(), "δ-method quantile / RMS across L")
+
+
+def test_fixed_query_errors_streamed_whitened_are_the_errors_of_the_drawn_prompts():
+    """FixedQuery.block_errors streams g ~ N(0, I) with the tilt Cᵀa and maps the tilted mean by C: the errors of the
+    prompts z = C g drawn from the same stream (the measure's own sampler), to round-off (a few roundings per token's
+    score, and sums of L terms)."""
+    from largeprompt.core.seeding import stream_rng
+    from largeprompt.maths.attention import tilted_moments
+    from largeprompt.maths.fixed_query import FixedQuery
+
+    setup = FixedQuery(2.25, 3, 0.5, F64, "cpu")
+    lengths, reps = [16, 100, 1000], 40
+    errors = setup.block_errors(5, 0, reps, lengths, chunk_size=300)
+    gen = stream_rng(5, "fixed_query_bound/prompts", setup.stream_index(), 0)
+    prompts = torch.cat([setup.measure.sample((reps, min(300, 1000 - s)), gen) for s in range(0, 1000, 300)], dim=1)
+    mean, _ = tilted_moments(setup.tilt.expand(reps, 3), prompts, prefix_lengths=lengths)  # [P, R, D]
+    direct = torch.linalg.vector_norm(mean - setup.limit, dim=-1).T.numpy()
+    scale = prompts.abs().max().item() * (1 + setup.tilt.abs().sum().item() * prompts.abs().max().item())
+    assert_within(errors, direct, gamma(4 * 1000) * scale, "whitened against drawn prompts")

@@ -56,12 +56,20 @@ class FixedQuery:
         return int(round(self.kappa * 1e6))
 
     def block_errors(self, seed: int, block: int, repetitions: int, lengths, chunk_size: int) -> np.ndarray:
-        """‖T_L − T_∞‖ of ``repetitions`` prompts (repetition block ``block``'s stream) at every L: [R, P]."""
+        """‖T_L − T_∞‖ of ``repetitions`` prompts (repetition block ``block``'s stream) at every L: [R, P].
+
+        The tokens are z = C g with g ~ N(0, I) and S = C Cᵀ, streamed as g: the scores a·z = (Cᵀa)·g and the
+        tilted mean of z is C times that of g, so no pass maps the prompt (the same law and draws; round-off apart,
+        the same numbers)."""
         gen = stream_rng(seed, "fixed_query_bound/prompts", self.stream_index(), block)  # numpy's ziggurat (docs/theory.md#token-sampler)
         dim = self.tilt.shape[-1]
-        mean_l, _ = streaming_tilted_moments(self.tilt.expand(repetitions, dim), self.measure, lengths[-1], gen,
+        chol = torch.linalg.cholesky(self.measure.cov)  # C, lower triangular, as the measure draws z = C g
+        standard = make_measure("gaussian", dim, cov=torch.eye(dim, dtype=chol.dtype, device=chol.device),
+                                dtype=chol.dtype, device=chol.device)
+        mean_g, _ = streaming_tilted_moments((chol.T @ self.tilt).expand(repetitions, dim), standard, lengths[-1], gen,
                                              chunk_size=chunk_size, prefix_lengths=lengths,
                                              prompt_batch_shape=(repetitions,))  # [P, R, D]
+        mean_l = mean_g @ chol.T  # the tilted mean of z = C g
         return torch.linalg.vector_norm(mean_l - self.limit, dim=-1).T.cpu().numpy()  # V = I
 
     def limit_law_quantiles(self, seed: int, levels, n_draws: int) -> np.ndarray:
