@@ -27,19 +27,11 @@ SGD_ENTRY = {torch.float32: "stacked_sgd_float", torch.float64: "stacked_sgd_dou
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The compiled readout (:func:`largeprompt.kernel.native_build.load`), or None where it cannot be built."""
-    lib = native_build.load(C_SOURCE)
-    if lib is None:
-        return None
-    for name in ENTRY.values():
-        fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
-        fn.restype = _I
-    for dtype, name in SGD_ENTRY.items():
-        fn = getattr(lib, name)
-        real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
-        fn.argtypes = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, real, _P, _P]
-        fn.restype = _I
-    return lib
+    readout = [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+    sgd = {dtype: [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, real, _P, _P]
+           for dtype, real in ((torch.float32, ctypes.c_float), (torch.float64, ctypes.c_double))}
+    return native_build.load(C_SOURCE, {**{name: readout for name in ENTRY.values()},
+                                        **{SGD_ENTRY[dtype]: args for dtype, args in sgd.items()}})
 
 
 def supports(prompt: torch.Tensor) -> bool:

@@ -59,8 +59,10 @@ def enabled() -> bool:
     return os.environ.get(ENV_NATIVE, "1").strip() != "0"
 
 
-def load(name: str) -> ctypes.CDLL | None:
-    """The compiled kernel ``name`` (built on first use), or None where it cannot be, with a warning; callers cache it."""
+def load(name: str, entries: dict[str, list]) -> ctypes.CDLL | None:
+    """The compiled kernel ``name`` (built on first use) with each entry point's argument types set (``entries``:
+    {function: ctypes argument types}; every entry returns an int), or None where it cannot be built, with a
+    warning; callers cache it."""
     if not enabled():
         return None
     compiler = _compiler()
@@ -71,8 +73,11 @@ def load(name: str) -> ctypes.CDLL | None:
         with locked(folder / ".lock"):
             if not target.exists():
                 _compile(name, compiler, target)
-        return ctypes.CDLL(str(target))
+        lib = ctypes.CDLL(str(target))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         warnings.warn(f"native kernel {name} unavailable ({exc}); torch is used instead. Install a C compiler (e.g. "
                       f"apt-get install gcc) or set CC, or set {ENV_NATIVE}=0 to silence this", stacklevel=3)
         return None
+    for function, argtypes in entries.items():
+        getattr(lib, function).argtypes, getattr(lib, function).restype = argtypes, ctypes.c_int
+    return lib

@@ -24,14 +24,8 @@ ENTRY = {torch.float32: "tilted_moments_float", torch.float64: "tilted_moments_d
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The compiled kernel (:func:`largeprompt.kernel.native_build.load`), or None where it cannot be built."""
-    lib = native_build.load(C_SOURCE)
-    if lib is None:
-        return None
-    for name in ENTRY.values():
-        fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _I64, _I64, _I64, _I]
-        fn.restype = _I
-    return lib
+    args = [_P, _I64, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _I64, _I64, _I64, _I]
+    return native_build.load(C_SOURCE, {name: args for name in ENTRY.values()})
 
 
 def supports(tokens: torch.Tensor) -> bool:
