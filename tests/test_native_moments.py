@@ -85,6 +85,8 @@ def test_the_kernel_string_names_the_native_engine_and_parses_back():
     assert AttentionKernel.parse("engine=native,exp=e", autotune.default_kernel(1)).base2  # native is base 2
     with pytest.raises(ValueError, match="engine=torch\\|native"):
         AttentionKernel.parse("engine=fortran", autotune.default_kernel(1))
+    report = {"kernels": {"attention/float64/cpu/D2/q16/p256/cov": str(NATIVE)}, "kernel_sources": {}}
+    assert "native loop" in autotune.describe_kernels(report, 16) and "tokens;" not in autotune.describe_kernels(report, 16)
 
 
 def test_without_the_library_the_tuner_never_offers_it_and_a_native_kernel_runs_through_torch(monkeypatch, tmp_path):

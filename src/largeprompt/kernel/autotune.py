@@ -246,9 +246,10 @@ def describe_kernels(report: dict, queries: int) -> str:
     for key, text in report.get("kernels", {}).items():
         if not key.startswith("attention/"):
             continue
-        tile = AttentionKernel.parse(text, default_kernel(queries)).tile_elements
-        tokens = max(TiltedMoments.MIN_TILE_TOKENS, tile // queries)
-        parts.append(f"{key}: {text} ({tokens} tokens; {report['kernel_sources'].get(key, '?')})")
+        kernel = AttentionKernel.parse(text, default_kernel(queries))
+        tokens = max(TiltedMoments.MIN_TILE_TOKENS, kernel.tile_elements // queries)
+        size = "the native loop's own chunks" if kernel.native else f"{tokens} tokens"
+        parts.append(f"{key}: {text} ({size}; {report['kernel_sources'].get(key, '?')})")
     return f"(attention kernel {'; '.join(parts) or 'not used'}; cache {cache_file()}; override {ENV_KERNEL})"
 
 
