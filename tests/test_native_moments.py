@@ -109,3 +109,43 @@ def test_without_the_library_the_tuner_never_offers_it_and_a_native_kernel_runs_
         assert native_moments.library() is None
     finally:
         native_moments.library.cache_clear()
+
+
+@needs_library
+def test_strided_tokens_and_a_transposed_sums_buffer_are_read_through_their_strides():
+    """Tokens as a slice of a feature-major tensor [D, n, L+1] (strides (L+1, 1, n(L+1))) and sums held transposed
+    [n, W, q]ᵀ give what contiguous copies give, bit for bit (the loop reads the same numbers in the same order)."""
+    gen = torch.Generator().manual_seed(13)
+    n, q, L, D = 3, 4, 700, 3
+    feature_major = torch.randn(D, n, L + 1, generator=gen, dtype=F64)
+    tokens = feature_major.permute(1, 2, 0)[:, :L]  # [n, L, D], strided
+    tilt = torch.randn(n, q, D, generator=gen, dtype=F64)
+    width = D + 1 + D * D
+    results = []
+    for view, transposed in ((tokens, False), (tokens.contiguous(), True)):
+        sums = torch.zeros(n, width, q, dtype=F64).mT if transposed else torch.zeros(n, q, width, dtype=F64)
+        reference = torch.full((n, q), -torch.inf, dtype=F64)
+        for start in range(0, L, 333):
+            native_moments.absorb(view[:, start : start + 333], tilt, reference, sums, True)
+        results.append(sums.contiguous())
+    assert not tokens.is_contiguous() and torch.equal(results[0], results[1])
+
+
+@needs_library
+def test_buffers_of_another_dtype_or_shape_are_refused_by_name():
+    tokens = torch.randn(2, 50, 2, dtype=F64)
+    tilt = torch.randn(2, 3, 2, dtype=F64)
+    reference = torch.full((2, 3), -torch.inf, dtype=torch.float32)
+    with pytest.raises(ValueError, match="reference \\[n, q\\]"):
+        native_moments.absorb(tokens, tilt, reference, torch.zeros(2, 3, 7, dtype=F64), True)
+    with pytest.raises(ValueError, match="sums \\[n, q, 3\\]"):
+        native_moments.absorb(tokens, tilt, reference.double(), torch.zeros(2, 3, 7, dtype=F64), False)
+    acc = TiltedMoments(tilt.float(), False, NATIVE)
+    acc.update(tokens.float())
+    with pytest.raises(ValueError, match="in their dtype"):  # a later block in another dtype
+        acc.update(tokens)
+
+
+def test_a_native_kernel_is_base_two():
+    with pytest.raises(ValueError, match="base 2"):
+        AttentionKernel(1 << 16, False, False, native=True)

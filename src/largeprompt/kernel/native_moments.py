@@ -24,7 +24,7 @@ ENTRY = {torch.float32: "tilted_moments_float", torch.float64: "tilted_moments_d
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The compiled kernel (:func:`largeprompt.kernel.native_build.load`), or None where it cannot be built."""
-    args = [_P, _I64, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _I64, _I64, _I64, _I]
+    args = [_P, _I64, _I64, _I64, _I64, _I64, _I, _I64, _P, _P, _P, _I64, _I64, _I64, _I]
     return native_build.load(C_SOURCE, {name: args for name in ENTRY.values()})
 
 
@@ -42,8 +42,14 @@ def absorb(tokens: torch.Tensor, tilt: torch.Tensor, reference: torch.Tensor, su
     lib = library()
     n, length, dim = tokens.shape
     queries = tilt.shape[1]
-    if lib is None or not supports(tokens) or not reference.is_contiguous():
+    if lib is None or not supports(tokens):
         raise ValueError("native moments: no library, or tokens it does not take (check supports() first)")
+    width = dim + 1 + (dim * dim if second_moment else 0)
+    if (sums.dtype != tokens.dtype or reference.dtype != tokens.dtype or tuple(sums.shape) != (n, queries, width)
+            or tuple(reference.shape) != (n, queries) or not reference.is_contiguous() or tuple(tilt.shape) != (n, queries, dim)):
+        raise ValueError(f"native moments: tokens {tuple(tokens.shape)} {tokens.dtype} need tilt [n, q, D], reference [n, q] "
+                         f"(contiguous) and sums [n, q, {width}] in their dtype; got {tuple(tilt.shape)}, "
+                         f"{tuple(reference.shape)} {reference.dtype}, {tuple(sums.shape)} {sums.dtype}")
     tilt = tilt.to(tokens.dtype).contiguous()  # held here: the C call reads its memory
     code = getattr(lib, ENTRY[tokens.dtype])(
         tokens.data_ptr(), tokens.stride(0), tokens.stride(1), tokens.stride(2), n, length, dim, queries,

@@ -12,7 +12,7 @@
    A softmax run's scores stay in a chunk of CHUNK_VECTORS vectors in L1, rescaled when the maximum grows, so
    nothing overflows; sums are kept in vector lanes and added across lanes in a fixed order, so a result depends
    only on the inputs. 2^x (x ≤ 0) is the Taylor polynomial of 2^f, f = x − k ∈ [−½, ½], times 2^k set in the
-   exponent bits: relative error below 1.5e-8 (float), 4e-17 (double). GCC vector extensions: 64-byte vectors
+   exponent bits: within about one ulp (the polynomial is within 1.5e-8 / 4e-17 of 2^f). GCC vector extensions: 64-byte vectors
    where AVX-512 is there, else 32-byte ones. */
 #define CHUNK_VECTORS 16
 #define MAX_D 8

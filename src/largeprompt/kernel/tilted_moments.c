@@ -60,21 +60,21 @@
 #define DEFINE_D(NAME, T, N, DD)                                                                                \
     DEFINE_QUERY(NAME##_first, T, V_##T, VI_##T, N, EXP2_##T, HSUM_##T, HMAX_##T, DD, 0)                         \
     DEFINE_QUERY(NAME##_second, T, V_##T, VI_##T, N, EXP2_##T, HSUM_##T, HMAX_##T, DD, 1)                        \
-    static void NAME(const T *t, int64_t bs, int64_t ts, int64_t fs, int n, int l, int q, const T *a, T *ref,   \
+    static void NAME(const T *t, int64_t bs, int64_t ts, int64_t fs, int64_t n, int64_t l, int64_t q, const T *a, T *ref,   \
                      T *s, int64_t sn, int64_t sq, int64_t sw, int second) {                                    \
         V_##T zc[DD][CHUNK_VECTORS] __attribute__((aligned(VBYTES)));                                            \
-        for (int b = 0; b < n; b++)                                                                             \
-            for (int c0 = 0; c0 < l; c0 += CHUNK_VECTORS * N) {                                                 \
-                const int len = l - c0 < CHUNK_VECTORS * N ? l - c0 : CHUNK_VECTORS * N;                        \
-                const T *base = t + b * bs + (int64_t)c0 * ts;                                                  \
+        for (int64_t b = 0; b < n; b++)                                                                         \
+            for (int64_t c0 = 0; c0 < l; c0 += CHUNK_VECTORS * N) {                                             \
+                const int len = l - c0 < CHUNK_VECTORS * N ? (int)(l - c0) : CHUNK_VECTORS * N;                 \
+                const T *base = t + b * bs + c0 * ts;                                                           \
                 T *flat = (T *)zc;                                                                              \
                 for (int j = 0; j < DD; j++) {                                                                  \
                     T *row = flat + j * CHUNK_VECTORS * N;                                                      \
-                    for (int i = 0; i < len; i++) row[i] = base[i * ts + j * fs];                               \
+                    for (int i = 0; i < len; i++) row[i] = base[(int64_t)i * ts + j * fs];                      \
                     for (int i = len; i < (len + N - 1) / N * N; i++) row[i] = (T)0;                            \
                 }                                                                                               \
-                for (int r = 0; r < q; r++) {                                                                   \
-                    const int64_t at = (int64_t)b * q + r;                                                      \
+                for (int64_t r = 0; r < q; r++) {                                                               \
+                    const int64_t at = b * q + r;                                                               \
                     T *out = s + b * sn + r * sq;                                                               \
                     if (second)                                                                                 \
                         NAME##_second(zc, len, a + at * DD, ref + at, out, sw);                                 \
@@ -102,7 +102,7 @@ DEFINE_ALL_D(double, ND)
    Returns 0, or 1 if D is outside 1…MAX_D (the caller then uses torch). */
 #define ARGS t, bs, ts, fs, n, l, q, a, ref, s, sn, sq, sw, second
 #define DEFINE_ENTRY(T)                                                                                         \
-    int tilted_moments_##T(const T *t, int64_t bs, int64_t ts, int64_t fs, int n, int l, int D, int q,          \
+    int tilted_moments_##T(const T *t, int64_t bs, int64_t ts, int64_t fs, int64_t n, int64_t l, int D, int64_t q,  \
                            const T *a, T *ref, T *s, int64_t sn, int64_t sq, int64_t sw, int second) {          \
         switch (D) {                                                                                            \
         case 1: moments_##T##_1(ARGS); return 0;                                                                \

@@ -32,6 +32,10 @@ class AttentionKernel:
     base2: bool = False
     native: bool = False
 
+    def __post_init__(self):
+        if self.native and not self.base2:
+            raise ValueError("the native attention loop runs in base 2: AttentionKernel(..., base2=True, native=True)")
+
     def __str__(self) -> str:
         text = f"tile={self.tile_elements},scores={'token' if self.token_major else 'query'},exp={'2' if self.base2 else 'e'}"
         return text + (",engine=native" if self.native else "")

@@ -1,7 +1,7 @@
 /* Vector helpers shared by the native kernels (stacked_readout.c, tilted_moments.c; docs/performance.md#native-readout):
    GCC vector extensions, 64-byte vectors where AVX-512 is there, else 32-byte ones; 2^x (x ≤ 0) as the Taylor
-   polynomial of 2^f, f = x − k ∈ [−½, ½], times 2^k set in the exponent bits (relative error below 1.5e-8 for
-   float, 4e-17 for double); sums and maxima across lanes in a fixed order. Concatenated before each kernel's
+   polynomial of 2^f, f = x − k ∈ [−½, ½], times 2^k set in the exponent bits (the polynomial within 1.5e-8
+   of 2^f for float, 4e-17 for double; with the type's own rounding, within about one ulp); sums and maxima across lanes in a fixed order. Concatenated before each kernel's
    source (largeprompt.kernel.native_build), so that the two compile from one text. */
 #include <math.h>
 #include <stdint.h>
