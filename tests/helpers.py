@@ -1,12 +1,14 @@
 """Helpers shared by the tests: the repository, Snakemake from this interpreter, copies of a checkout, the
-workflow's parsed rules and the weights of a trajectory. Fixtures and hooks live in tests/conftest.py."""
+workflow's parsed rules, the weights of a trajectory and a native kernel's loader without a compiler. Fixtures and hooks live in tests/conftest.py."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,3 +129,19 @@ def workflow_rules(config: tuple[tuple[str, object], ...] = ()) -> dict[str, Par
 def theta(rows: pd.DataFrame) -> np.ndarray:
     """The weights of trajectory rows, [rows, P]: column ``theta`` holds one list per row (largeprompt.icl.models.flatten order)."""
     return np.stack([np.asarray(w, dtype=float) for w in rows["theta"]]) if len(rows) else np.empty((0, 0))
+
+
+@contextlib.contextmanager
+def without_compiler(monkeypatch, tmp_path, library):
+    """A native kernel's cached loader ``library`` (largeprompt.kernel.native*.library) called with no C compiler and
+    an empty cache: yields (what it returned, the warnings it gave); its cache is cleared before and after."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    library.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = library()
+        yield loaded, caught
+    finally:
+        library.cache_clear()

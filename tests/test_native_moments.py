@@ -3,14 +3,13 @@ against the untiled float64 reference within the dtype's round-off bound, overfl
 bit-identical on a rerun, and replaced by torch where it is not built."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from test_autotune import reference_moments, round_off_bound
 
+from helpers import without_compiler
 from largeprompt.kernel import autotune, native_build, native_moments
 from largeprompt.kernel.tilted_moments import AttentionKernel, TiltedMoments
-from tests.test_autotune import reference_moments, round_off_bound
 
 F64 = torch.float64
 NATIVE = AttentionKernel(1 << 16, False, True, native=True)
@@ -90,13 +89,8 @@ def test_the_kernel_string_names_the_native_engine_and_parses_back():
 
 
 def test_without_the_library_the_tuner_never_offers_it_and_a_native_kernel_runs_through_torch(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    native_moments.library.cache_clear()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert native_moments.library() is None
+    with without_compiler(monkeypatch, tmp_path, native_moments.library) as (loaded, caught):
+        assert loaded is None
         assert any("C compiler" in str(w.message) for w in caught)
         assert not any(k.native for k in autotune.candidate_kernels(9, 256, 2, 8))
         gen = torch.Generator().manual_seed(9)
@@ -107,8 +101,6 @@ def test_without_the_library_the_tuner_never_offers_it_and_a_native_kernel_runs_
         monkeypatch.setenv(native_build.ENV_NATIVE, "0")
         native_moments.library.cache_clear()
         assert native_moments.library() is None
-    finally:
-        native_moments.library.cache_clear()
 
 
 @needs_library

@@ -1,11 +1,11 @@
 """The native softmax readout (largeprompt.kernel.native, docs/performance.md#native-readout) against a float64
 reference, its overflow and NaN behaviour, the engine's native plan against autograd, and its absence."""
 import math
-import warnings
 
 import pytest
 import torch
 
+from helpers import without_compiler
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.engine import stacked, tuning
@@ -172,20 +172,13 @@ def test_the_native_step_is_bit_identical_on_rerun_and_close_to_the_torch_step_i
 
 
 def test_without_a_compiler_the_engine_falls_back_to_torch_and_says_what_to_install(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    native.library.cache_clear()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert native.library() is None
+    with without_compiler(monkeypatch, tmp_path, native.library) as (loaded, caught):
+        assert loaded is None
         assert any("C compiler" in str(w.message) for w in caught)
         assert not any(p.native for p in tuning.candidates(2, 16))
         monkeypatch.setenv(native.ENV_NATIVE, "0")
         native.library.cache_clear()
         assert native.library() is None
-    finally:
-        native.library.cache_clear()
 
 
 @needs_library

@@ -170,6 +170,7 @@ class TiltedMoments:
             width = dim + 1 + (dim * dim if self.second_moment else 0)
             self.sums = tokens.new_zeros(n, q, width)
             self.reference = tokens.new_full((n, q), -math.inf)
+            self._scaled_tilt = self._scaled_tilt.to(tokens.dtype).contiguous()  # as C reads it, once
         native_moments.absorb(tokens, self._scaled_tilt, self.reference, self.sums, self.second_moment)
         self.count += tokens.shape[1]
 

@@ -50,6 +50,9 @@ class FixedQuery:
         self.measure = make_measure("gaussian", dim, cov=cov.to(device), dtype=dtype, device=device)
         self.tilt = (attention_matrix @ query).to(device)  # a [D]
         self.limit = self.measure.cgf_grad(self.tilt)  # T_∞ = V ∇K(a), V = I [D]
+        self.chol = torch.linalg.cholesky(self.measure.cov)  # C (S = C Cᵀ), as the measure draws z = C g
+        self.standard = make_measure("gaussian", dim, cov=torch.eye(dim, dtype=dtype, device=device), dtype=dtype,
+                                     device=device)  # the g the prompts are streamed as (block_errors)
         self.terms = gaussian_bound_terms(self.tilt.cpu(), cov, value_matrix)
 
     def stream_index(self) -> int:
@@ -63,13 +66,10 @@ class FixedQuery:
         the same numbers)."""
         gen = stream_rng(seed, "fixed_query_bound/prompts", self.stream_index(), block)  # numpy's ziggurat (docs/theory.md#token-sampler)
         dim = self.tilt.shape[-1]
-        chol = torch.linalg.cholesky(self.measure.cov)  # C, lower triangular, as the measure draws z = C g
-        standard = make_measure("gaussian", dim, cov=torch.eye(dim, dtype=chol.dtype, device=chol.device),
-                                dtype=chol.dtype, device=chol.device)
-        mean_g, _ = streaming_tilted_moments((chol.T @ self.tilt).expand(repetitions, dim), standard, lengths[-1], gen,
-                                             chunk_size=chunk_size, prefix_lengths=lengths,
+        mean_g, _ = streaming_tilted_moments((self.chol.T @ self.tilt).expand(repetitions, dim), self.standard, lengths[-1],
+                                             gen, chunk_size=chunk_size, prefix_lengths=lengths,
                                              prompt_batch_shape=(repetitions,))  # [P, R, D]
-        mean_l = mean_g @ chol.T  # the tilted mean of z = C g
+        mean_l = mean_g @ self.chol.T  # the tilted mean of z = C g
         return torch.linalg.vector_norm(mean_l - self.limit, dim=-1).T.cpu().numpy()  # V = I
 
     def limit_law_quantiles(self, seed: int, levels, n_draws: int) -> np.ndarray:
