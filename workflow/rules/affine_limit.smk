@@ -29,7 +29,10 @@ rule simulate_affine_limit:
     output:
         # multiext: Snakemake's between-run cache (--cache) stores a job of several outputs only so
         multiext(
-            results("affine_limit/"), outputs="outputs.parquet", bands="bands.parquet"
+            results("affine_limit/"),
+            outputs="outputs.parquet",
+            bands="bands.parquet",
+            leading_coefficients="leading_coefficients.parquet",
         ),
     log:
         logs("affine_limit/simulate_affine_limit.log"),

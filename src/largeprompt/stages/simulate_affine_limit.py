@@ -13,16 +13,19 @@ import pandas as pd
 import torch
 
 from largeprompt.core.devices import dtype_of, resolve_device
-from largeprompt.core.seeding import stream_generator
+from largeprompt.core.seeding import stream_generator, stream_seed
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.io.provenance import provenance
 from largeprompt.io.runlog import progress
 from largeprompt.maths.attention import infinite_prompt_attention, streaming_prompt_attention
 from largeprompt.maths.bands import percentile_bands
+from largeprompt.maths.fluctuations import asymptotic_covariance
+from largeprompt.maths.leading_terms import ray_coefficient
 from largeprompt.maths.measures import make_measure, toeplitz_covariance
 
 BAND_LEVEL = 0.90  # the figure's band over prompts: the 5% and 95% quantiles
+COEFFICIENT_MIN_PROMPT_LENGTH = 100  # R1's leading coefficient is fitted over L ≥ 100 (docs/experiments.md#claims)
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,22 @@ def finite_prompt_outputs(query, measure, U, V, lengths, n_prompts, chunk_size, 
     return finite
 
 
+def leading_coefficient_row(name, query, measure, U, V, finite, limit, lengths, seed) -> dict:
+    """R1's leading coefficient of one measure (:func:`largeprompt.maths.leading_terms.ray_coefficient`): L·E err²
+    against the delta-method variance C(t) at the ray points in the CLT's regime."""
+    a = query @ U.T  # [P, D]
+    variance = asymptotic_covariance(a, measure, V)[:, 0, 0].cpu().numpy()  # C(t) [P]
+    log_rho = (measure.cgf(2 * a) - 2 * measure.cgf(a)).cpu().numpy()  # [P]
+    sq = (finite - limit[None, None, :]) ** 2  # [n_prompts, P_L, P]
+    rng = np.random.default_rng(stream_seed(seed, f"affine_limit/bootstrap/{name}"))
+    fit = ray_coefficient(sq, lengths, variance, log_rho, COEFFICIENT_MIN_PROMPT_LENGTH, rng)
+    return {"token_measure": name, "predicted": 1.0, **fit} if fit else {}
+
+
 def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit", runtime=DEFAULT_RUNTIME):
-    """Write results/<run>/affine_limit/outputs.parquet (one row per (measure, L, prompt, point)) and bands.parquet
-    (one row per (measure, L, point): the mean and 90% band over prompts that the figure draws)."""
+    """Write results/<run>/affine_limit/outputs.parquet (one row per (measure, L, prompt, point)), bands.parquet
+    (one row per (measure, L, point): the mean and 90% band over prompts that the figure draws) and
+    leading_coefficients.parquet (one row per measure: R1's leading coefficient against its closed form)."""
     cfg = settings_from(AffineLimitSettings, params["affine_limit"], "affine_limit")
     dtype, device = dtype_of(params["dtype"]), resolve_device(runtime.device)
     queries = read_parquet(inputs["queries"]).sort_values("point")
@@ -76,12 +92,13 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
     n_points, dim = query.shape
     lengths = sorted(int(L) for L in cfg.prompt_lengths)
     U, V = attention_and_value(dim, cfg.attention_scale, dtype, device)
-    frames = []
+    frames, coefficients = [], []
     for name in cfg.token_measures:
         measure = affine_limit_measure(name, dim, cfg, dtype, device)
         limit = infinite_prompt_attention(query, measure, U, V)[:, 0].cpu().numpy()  # [P]
         finite = finite_prompt_outputs(query, measure, U, V, lengths, cfg.n_prompts, cfg.chunk_size, params["seed"],
                                        name, device)
+        coefficients.append(leading_coefficient_row(name, query, measure, U, V, finite, limit, lengths, params["seed"]))
         prompt_idx, length_idx, point_idx = np.meshgrid(
             np.arange(cfg.n_prompts), np.arange(len(lengths)), np.arange(n_points), indexing="ij"
         )
@@ -99,3 +116,4 @@ def simulate_affine_limit(inputs, outputs, params, rule="simulate_affine_limit",
     write_parquet(frame, outputs["outputs"], prov)
     keys = ["token_measure", "prompt_length", "point", "t", "infinite_prompt_output"]
     write_parquet(percentile_bands(frame, keys, "finite_prompt_output", BAND_LEVEL), outputs["bands"], prov)
+    write_parquet(pd.DataFrame([r for r in coefficients if r]), outputs["leading_coefficients"], prov)

@@ -1,0 +1,122 @@
+"""The ledger's statistical tests (docs/experiments.md#claims): each claim is a hypothesis test with a p-value, so
+that its size and power can be measured (:mod:`largeprompt.ledger.calibration`) and the whole ledger corrected for
+multiple testing (Holm).
+
+Every test takes an estimate with its standard error (a bootstrap or a t standard error, normal approximation) and
+returns an :class:`Outcome`: the value, its 95% interval, the prediction, the p-value of the null hypothesis "the
+theory holds" and the verdict at level :data:`ALPHA`. ``agrees``: the test does not reject; ``disagrees``: it
+rejects; ``inconclusive``: no estimate, or an interval wider than the claim's stated resolution (the test could not
+reject an error of that size, so not rejecting says nothing).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from largeprompt.ledger.verdicts import AGREES, DISAGREES, INCONCLUSIVE
+
+ALPHA = 0.05  # each test's level, and the family-wise level of the Holm-adjusted verdicts
+Z = float(stats.norm.ppf(1 - ALPHA / 2))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test's result: ``value`` with its interval [lo, hi], the ``predicted`` value, the p-value and verdict."""
+
+    value: float
+    lo: float
+    hi: float
+    predicted: float
+    p_value: float
+    verdict: str
+
+
+def _finite(*xs) -> bool:
+    return all(x is not None and math.isfinite(float(x)) for x in xs)
+
+
+def verdict_of(p_value: float, alpha: float = ALPHA) -> str:
+    """agrees when the null (the theory) is not rejected at ``alpha``, disagrees when it is; inconclusive: no p."""
+    if not _finite(p_value):
+        return INCONCLUSIVE
+    return DISAGREES if p_value < alpha else AGREES
+
+
+def _resolved(verdict: str, half_width: float, resolution: float | None) -> str:
+    """An interval wider than ``resolution`` (half-width) cannot reject an error that large: inconclusive."""
+    if resolution is not None and verdict == AGREES and not half_width <= resolution:
+        return INCONCLUSIVE
+    return verdict
+
+
+def two_sided(estimate, se, predicted, resolution: float | None = None) -> Outcome:
+    """H0: θ = predicted, by z = (θ̂ − predicted)/se (normal approximation); interval θ̂ ± z₀.₉₇₅ se."""
+    if not _finite(estimate, se, predicted) or se <= 0:
+        return Outcome(_f(estimate), math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
+    p = float(2 * stats.norm.sf(abs(estimate - predicted) / se))
+    verdict = _resolved(verdict_of(p), Z * se, resolution)
+    return Outcome(float(estimate), estimate - Z * se, estimate + Z * se, float(predicted), p, verdict)
+
+
+def at_least(estimate, se, bound, resolution: float | None = None) -> Outcome:
+    """H0: θ ≥ bound (a one-sided bound of the theory); rejected when θ̂ lies significantly below it."""
+    if not _finite(estimate, se, bound) or se <= 0:
+        return Outcome(_f(estimate), math.nan, math.nan, _f(bound), math.nan, INCONCLUSIVE)
+    p = float(stats.norm.cdf((estimate - bound) / se))
+    verdict = _resolved(verdict_of(p), Z * se, resolution)
+    return Outcome(float(estimate), estimate - Z * se, estimate + Z * se, float(bound), p, verdict)
+
+
+def at_most(estimate, se, bound, resolution: float | None = None) -> Outcome:
+    """H0: θ ≤ bound; rejected when θ̂ lies significantly above it."""
+    flipped = at_least(-_f(estimate), se, -_f(bound), resolution)
+    return Outcome(_f(estimate), -flipped.hi, -flipped.lo, _f(bound), flipped.p_value, flipped.verdict)
+
+
+def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: float | None = None) -> Outcome:
+    """H0: θ_low ≤ predicted ≤ θ_high for two estimates (θ̂, se) that bound the quantity from either side (raw and
+    floor-corrected gaps, docs/theory.md#floor-corrected-gap). Rejected when the low side lies significantly above
+    the prediction or the high side significantly below it (Bonferroni over the two sides). The value is the
+    midpoint; the interval runs from the low side's lower end to the high side's upper end."""
+    (lo_est, lo_se), (hi_est, hi_se) = low_side, high_side
+    if not _finite(lo_est, lo_se, hi_est, hi_se, predicted) or lo_se <= 0 or hi_se <= 0:
+        return Outcome(math.nan, math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
+    p_low = stats.norm.sf((lo_est - predicted) / lo_se)  # small when θ_low > predicted
+    p_high = stats.norm.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
+    p = float(min(1.0, 2 * min(p_low, p_high)))
+    lo, hi = lo_est - Z * lo_se, hi_est + Z * hi_se
+    verdict = _resolved(verdict_of(p), (hi - lo) / 2, resolution)
+    return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
+
+
+def binomial_at_most(successes: int, trials: int, rate: float) -> Outcome:
+    """H0: an event's probability is at most ``rate`` (a bound's exceedance ≤ δ), by the exact binomial upper tail;
+    the value is the observed frequency / rate with its Clopper–Pearson interval / rate."""
+    if trials <= 0:
+        return Outcome(math.nan, math.nan, math.nan, 1.0, math.nan, INCONCLUSIVE)
+    p = float(stats.binom.sf(successes - 1, trials, rate))
+    lo = stats.beta.ppf(ALPHA / 2, successes, trials - successes + 1) if successes > 0 else 0.0
+    hi = stats.beta.ppf(1 - ALPHA / 2, successes + 1, trials - successes) if successes < trials else 1.0
+    return Outcome(successes / trials / rate, lo / rate, hi / rate, 1.0, p, verdict_of(p))
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values (NaN entries are not tests and stay NaN): rejecting where the adjusted p is
+    below α controls the family-wise error rate at α under any dependence."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full_like(p, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    m = len(order)
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p[i]))
+        out[i] = running
+    return out
+
+
+def _f(x) -> float:
+    return math.nan if x is None else float(x)
