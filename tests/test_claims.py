@@ -1,68 +1,93 @@
-"""The claims ledger (docs/experiments.md#claims): the verdict rules, each claim on tables built to agree or disagree,
-missing inputs as `not run`, and the `claims` and `compare` commands."""
+"""The claims ledger (docs/experiments.md#claims): the hypothesis tests and Holm's correction, each claim on tables
+built to agree or disagree, missing inputs as `not run`, and the `claims` and `compare` commands."""
 import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from largeprompt import cli, reading
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.ledger import claims as ledger
-from largeprompt.ledger import compare, measures
+from largeprompt.ledger import compare
+from largeprompt.ledger import hypotheses as h
 from largeprompt.ledger import verdicts as v
 
 
-def test_interval_rule():
-    assert v.interval(-1.2, -0.9, -1.0) == v.AGREES
-    assert v.interval(-0.85, -0.75, -1.0) == v.DISAGREES
-    assert v.interval(-2.2, 0.3, -1.0, max_width=1.0) == v.INCONCLUSIVE
-    assert v.interval(float("nan"), 1.0, 0.0) == v.INCONCLUSIVE
+def test_two_sided_test_and_its_resolution():
+    assert h.two_sided(1.02, 0.01, 1.0).verdict == v.DISAGREES  # z = 2 → p = 0.0455, below 5%
+    assert h.two_sided(1.019, 0.01, 1.0).verdict == v.AGREES  # z = 1.9 → p = 0.057
+    assert h.two_sided(1.02, 0.01, 1.0).p_value == pytest.approx(2 * stats.norm.sf(2.0))
+    assert h.two_sided(1.01, 0.01, 1.0).verdict == v.AGREES and h.two_sided(1.03, 0.01, 1.0).verdict == v.DISAGREES
+    assert h.two_sided(1.0, 0.5, 1.0, resolution=0.25).verdict == v.INCONCLUSIVE  # cannot tell ±25%
+    assert h.two_sided(2.0, 0.5, 1.0, resolution=0.25).verdict == v.DISAGREES  # but can still reject
+    assert h.two_sided(math.nan, 0.1, 1.0).verdict == v.INCONCLUSIVE
 
 
-def test_bound_and_decrease_rules():
-    assert v.at_most(0.02, 0.03) == v.AGREES and v.at_most(0.04, 0.03) == v.DISAGREES
-    assert v.at_most(float("nan"), 1.0) == v.INCONCLUSIVE
-    assert v.decreases((0.1, 0.2), (0.3, 0.4)) == v.AGREES
-    assert v.decreases((0.5, 0.6), (0.3, 0.4)) == v.DISAGREES
-    assert v.decreases((0.25, 0.35), (0.3, 0.4)) == v.INCONCLUSIVE
+def test_one_sided_tests_reject_only_on_their_side():
+    assert h.at_least(0.5, 0.05, 0.6).verdict == v.DISAGREES and h.at_least(5.0, 0.05, 0.6).verdict == v.AGREES
+    assert h.at_most(5.0, 0.05, 0.6).verdict == v.DISAGREES and h.at_most(0.5, 0.05, 0.6).verdict == v.AGREES
+    out = h.at_most(0.7, 0.1, 0.6)
+    assert out.lo < 0.7 < out.hi and out.p_value == pytest.approx(stats.norm.sf(1.0))
 
 
-def test_the_bootstrapped_slope_recovers_an_exact_power_law():
-    lengths = np.array([100, 1000, 10000])
+def test_bracket_rejects_when_either_side_misses():
+    assert h.bracket((0.9, 0.02), (1.05, 0.02), 1.0).verdict == v.AGREES
+    assert h.bracket((1.1, 0.02), (1.2, 0.02), 1.0).verdict == v.DISAGREES  # even the shallow side is steeper
+    assert h.bracket((0.7, 0.02), (0.8, 0.02), 1.0).verdict == v.DISAGREES  # even the steep side is shallower
+    assert h.bracket((0.5, 0.2), (1.5, 0.2), 1.0, resolution=0.25).verdict == v.INCONCLUSIVE
+
+
+def test_binomial_bound_is_the_exact_upper_tail():
+    out = h.binomial_at_most(12, 1000, 0.01)
+    assert out.p_value == pytest.approx(stats.binom.sf(11, 1000, 0.01)) and out.value == pytest.approx(1.2)
+    assert h.binomial_at_most(30, 1000, 0.01).verdict == v.DISAGREES and h.binomial_at_most(0, 1000, 0.01).p_value == 1
+
+
+def test_holm_matches_its_step_down_definition():
+    p = np.array([0.01, 0.04, np.nan, 0.03, 0.5])
+    adjusted = h.holm(p)  # sorted 0.01, 0.03, 0.04, 0.5 with m = 4: 0.04, 0.09, 0.09 (monotone), 0.5
+    np.testing.assert_allclose(adjusted[[0, 3, 1, 4]], [0.04, 0.09, 0.09, 0.5])
+    assert np.isnan(adjusted[2])
+
+
+def _gaps(p_raw: float, p_corr: float, seeds: int = 4) -> pd.DataFrame:
+    """A gaps table whose raw and floor-corrected gaps fall exactly like L^−p_raw and L^−p_corr (tiny noise)."""
     rng = np.random.default_rng(0)
-    errors = rng.exponential(1.0, size=(3, 500)) / lengths[:, None]  # E error = 1/L, spread over prompts
-    slope, lo, hi = measures.log_slope_with_ci(errors, lengths)
-    assert lo <= slope <= hi and lo < -1.0 + 0.1 and hi > -1.0 - 0.1 and hi - lo < 0.2
+    rows = []
+    for s in range(seeds):
+        for L in (20, 40, 80, 160, 320):
+            raw = (1 + 0.2 * s) * L ** -p_raw * (1 + 0.01 * rng.standard_normal())
+            corr = (1 + 0.2 * s) * L ** -p_corr * 0.5 * (1 + 0.01 * rng.standard_normal())
+            rows.append({"experiment": "full_model", "model": "softmax", "prompt_length": L, "seed": s, "status": "ok",
+                         "sup_distance": raw, "floor": 1e-5, "floor_threshold": 3e-5, "corrected_distance": corr})
+    return pd.DataFrame(rows)
 
 
-def test_r1_gives_each_measure_its_own_known_limit():
-    """Bounded tokens with error² = 1/L + 30/L²: the fitted slope is steeper than −1, and the reason given is the 1/L²
-    term, not the Gaussian tilt's pre-asymptotic ends."""
-    lengths, prompts = np.array([100, 1000, 10000]), 400
-    rows = [{"token_measure": m, "prompt_length": L, "prompt": p, "finite_prompt_output": np.sqrt(1 / L + c / L**2),
-             "infinite_prompt_output": 0.0} for m, c in (("gaussian", 0.0), ("uniform", 30.0))
-            for L in lengths for p in range(prompts)]
-    rows = pd.DataFrame(rows)
-    rows["finite_prompt_output"] *= 1 + 0.01 * np.random.default_rng(0).standard_normal(len(rows))
-    got = _by_id(ledger.evaluate({"affine_limit/outputs.parquet": rows}.get))
-    assert got.loc["R1/gaussian", "verdict"] == v.AGREES and got.loc["R1/gaussian", "why"] == ""
-    assert got.loc["R1/uniform", "verdict"] == v.DISAGREES and got.loc["R1/uniform", "value"] < -1.0
-    assert got.loc["R1/uniform", "why"] == measures.R1_BOUNDED_WHY
+def _train(linear_offset: float, softmax_a: float) -> pd.DataFrame:
+    """A train summary table: linear ends at (1 + linear_offset)·R(Γ*); softmax's L·excess ratio is A − 5/L."""
+    rows = []
+    for L in (20, 50, 100, 200, 400, 600, 800, 1000):
+        ref = 0.1 + 1 / L
+        rows.append({"model": "linear", "prompt_length": L, "n_ok": 6, "optimal_linear_attention_test_risk": ref,
+                     "final_test_loss_mean": ref * (1 + linear_offset), "final_test_loss_lo": ref * (1 + linear_offset - 1e-3),
+                     "final_test_loss_hi": ref * (1 + linear_offset + 1e-3), "softmax_theory_valid": L >= 200,
+                     "scaled_excess_over_theory_mean": 1.0, "scaled_excess_over_theory_lo": 0.99,
+                     "scaled_excess_over_theory_hi": 1.01})
+        r = softmax_a - 5.0 / L
+        rows.append({"model": "softmax", "prompt_length": L, "n_ok": 6, "optimal_linear_attention_test_risk": ref,
+                     "final_test_loss_mean": 0.2, "final_test_loss_lo": 0.19, "final_test_loss_hi": 0.21,
+                     "softmax_theory_valid": L >= 200, "scaled_excess_over_theory_mean": r,
+                     "scaled_excess_over_theory_lo": r - 0.01, "scaled_excess_over_theory_hi": r + 0.01})
+    return pd.DataFrame(rows)
 
 
-def _tables(slope_hi: float, linear_excess: float) -> dict[str, pd.DataFrame]:
-    """Small tables with the columns the claims read; slope_hi < −1 makes R4 disagree, linear_excess > 0.03 R6."""
-    lengths = [10, 20, 100]
-    train = pd.DataFrame([
-        {"model": m, "prompt_length": L, "n_ok": 6, "optimal_linear_attention_test_risk": 0.1 + 1 / L,
-         "final_test_loss_mean": (0.1 + 1 / L) * (1 + linear_excess) if m == "linear" else 0.1 + 3 / L,
-         "final_test_loss_lo": 0.1 + (2.9 / L if m == "softmax" else 1 / L),
-         "final_test_loss_hi": 0.1 + (3.1 / L if m == "softmax" else 1 / L)} for m in ("linear", "softmax") for L in lengths])
-    slopes = pd.DataFrame({"experiment": ["full_model"], "model": ["softmax"], "slope": [-1.05],
-                           "slope_lo": [-1.2], "slope_hi": [slope_hi]})
-    return {"train/training_prompt_lengths.parquet": train, "transfer/trajectory_slopes.parquet": slopes}
+def _tables(p_raw: float, linear_offset: float) -> dict[str, pd.DataFrame]:
+    """Tables with the columns the claims read: p_raw > 1 makes R4 disagree, linear_offset ≥ 1% R6.linear."""
+    return {"train/training_prompt_lengths.parquet": _train(linear_offset, 1.0),
+            "transfer/trajectory_gaps.parquet": _gaps(p_raw, 1.05)}
 
 
 def _by_id(frame):
@@ -70,21 +95,79 @@ def _by_id(frame):
 
 
 def test_claims_follow_their_tables_and_missing_inputs_are_not_run():
-    good = _by_id(ledger.evaluate(_tables(-0.9, 0.01).get))
+    good = _by_id(ledger.evaluate(_tables(0.95, 0.0).get))
     assert good.loc["R4/full_model", "verdict"] == v.AGREES and good.loc["R6.linear", "verdict"] == v.AGREES
-    assert good.loc["R6.softmax/L=100", "verdict"] == v.AGREES
-    assert good.loc["R6.linear", "value"] == pytest.approx(0.01)
-    bad = _by_id(ledger.evaluate(_tables(-1.1, 0.05).get))
+    assert good.loc["R6.softmax/L=200..1000", "verdict"] == v.AGREES
+    assert good.loc["R6.softmax/L=200..1000", "value"] == pytest.approx(1.0, abs=1e-9)
+    bad = _by_id(ledger.evaluate(_tables(1.2, 0.01).get))
     assert bad.loc["R4/full_model", "verdict"] == v.DISAGREES and bad.loc["R6.linear", "verdict"] == v.DISAGREES
     assert bad.loc["R4/full_model", "why"] and not good.loc["R4/full_model", "why"]  # a disagreement says why
-    for cid in ("R1", "R5", "init_dependence", "R4.beyond", "optimum.uniform"):
+    for cid in ("R1", "R5", "init_dependence", "R4.beyond", "optimum.uniform", "R2.leading"):
         assert good.loc[cid, "verdict"] == v.NOT_RUN
-    assert set(good["verdict"]) <= set(v.VERDICTS)
+    assert set(good["verdict"]) <= set(v.VERDICTS) and set(good["kind"]) <= set(ledger.KINDS)
 
 
-def _write_run(root, run, noise, verdict_value):
+def test_r6_softmax_tests_the_leading_coefficient_not_a_trend():
+    tables = {"train/training_prompt_lengths.parquet": _train(0.0, 0.9)}  # L·excess tends to 0.9 of the prediction
+    row = _by_id(ledger.evaluate(tables.get)).loc["R6.softmax/L=200..1000"]
+    assert row["verdict"] == v.DISAGREES and row["value"] == pytest.approx(0.9, abs=1e-9)
+
+
+def test_r4_without_floors_reads_the_raw_side_only():
+    gaps = _gaps(1.2, 1.2).assign(floor=np.nan, floor_threshold=np.nan, corrected_distance=np.nan)
+    row = _by_id(ledger.evaluate({"transfer/trajectory_gaps.parquet": gaps}.get)).loc["R4/full_model"]
+    assert row["verdict"] == v.DISAGREES and row["value"] == pytest.approx(1.2, abs=0.05)
+    shallow = _gaps(0.8, 0.8).assign(floor=np.nan, floor_threshold=np.nan, corrected_distance=np.nan)
+    assert _by_id(ledger.evaluate({"transfer/trajectory_gaps.parquet": shallow}.get)).loc[
+        "R4/full_model", "verdict"] == v.AGREES  # a shallow raw side is what floors would do: not evidence against
+
+
+def test_holm_adjusts_the_ledger_and_keeps_both_verdicts():
+    tables = _tables(0.95, 0.0) | {"train/training_prompt_lengths.parquet": _train(0.0, 1.0)}
+    rows = ledger.evaluate(tables.get)
+    tested = rows[np.isfinite(rows["p_value"])]
+    assert len(tested) >= 3 and (tested["p_holm"] >= tested["p_value"]).all()
+    np.testing.assert_allclose(tested["p_holm"], h.holm(tested["p_value"]))
+    assert set(rows["verdict_unadjusted"]) <= set(v.VERDICTS)
+
+
+def test_findings_are_descriptive_or_checked_exactly():
+    classes = pd.DataFrame({"flow_class": ["drifts", "converges"], "fraction": [0.5, 0.5], "fraction_lo": [0.4, 0.4],
+                            "fraction_hi": [0.6, 0.6]})
+    optima = pd.DataFrame({"token_measure": ["rademacher", "uniform"], "attained": [True, False],
+                           "profile_min_risk": [0.1, 0.17], "infimum": [0.1, 0.1], "profile_max_risk": [0.3, 0.171]})
+    rows = _by_id(ledger.evaluate({"init_dependence/classes.parquet": classes,
+                                   "beyond_gaussian/optima.parquet": optima}.get))
+    assert rows.loc["init_dependence", "verdict"] == v.DESCRIPTIVE and rows.loc["init_dependence", "kind"] == "finding"
+    assert rows.loc["optimum.uniform", "verdict"] == v.DESCRIPTIVE
+    assert rows.loc["optimum.rademacher", "verdict"] == v.AGREES
+    wrong = optima.assign(profile_min_risk=[0.1001, 0.17])
+    assert _by_id(ledger.evaluate({"beyond_gaussian/optima.parquet": wrong}.get)).loc[
+        "optimum.rademacher", "verdict"] == v.DISAGREES
+
+
+def test_leading_coefficient_claims_read_their_ratio():
+    coefficients = pd.DataFrame({"token_measure": ["gaussian", "gaussian"], "metric": ["output", "grad_U"],
+                                 "c": [0.1, 0.1], "estimate": [2.0, 3.3], "se": [0.02, 0.03], "predicted": [2.0, 3.0]})
+    rows = _by_id(ledger.evaluate({"concentration/leading_coefficients.parquet": coefficients}.get))
+    assert rows.loc["R2.leading/gaussian/c=0.1", "verdict"] == v.AGREES
+    assert rows.loc["R3.U/gaussian/c=0.1", "verdict"] == v.DISAGREES
+    assert rows.loc["R3.U/gaussian/c=0.1", "value"] == pytest.approx(1.1)
+
+
+def test_the_bound_claim_is_one_sided():
+    rows = pd.DataFrame({"token_measure": "gaussian", "metric": "output", "statistic": "mean", "c": [1.0, 4.0],
+                         "estimate": [0.9, 0.0], "ci_low": [0.88, -0.005], "ci_high": [0.92, 0.005],
+                         "fit_min_prompt_length": 1024, "fit_max_prompt_length": 65536})
+    got = _by_id(ledger.evaluate({"concentration/exponents.parquet": rows}.get))
+    assert got.loc["R2.bound/gaussian/c=1", "verdict"] == v.AGREES  # far faster than the bound: no evidence against
+    # the bound's own slope over L = 2^10…2^16 is 1/8 − 1/ln(8192) = 0.014: an error that does not fall contradicts it
+    assert got.loc["R2.bound/gaussian/c=4", "verdict_unadjusted"] == v.DISAGREES
+
+
+def _write_run(root, run, noise, p_raw):
     folder = root / "results" / run
-    frame = ledger.evaluate(_tables(verdict_value, 0.01).get)
+    frame = ledger.evaluate(_tables(p_raw, 0.0).get)
     write_parquet(frame, folder / "claims" / "claims.parquet", {"rule": "evaluate_claims", "params": {"seed": 1}})
     table = pd.DataFrame({"x": [1.0]})
     write_parquet(table, folder / "train" / "training_prompt_lengths.parquet",
@@ -94,7 +177,7 @@ def _write_run(root, run, noise, verdict_value):
 
 
 def test_claims_command_prints_every_format(tmp_path, capsys, monkeypatch):
-    _write_run(tmp_path, "a", 0.1, -0.9)
+    _write_run(tmp_path, "a", 0.1, 0.95)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["claims", "a"]) == 0
     out = capsys.readouterr().out
@@ -106,11 +189,11 @@ def test_claims_command_prints_every_format(tmp_path, capsys, monkeypatch):
     records = json.loads(capsys.readouterr().out)
     assert {r["claim_id"] for r in records} >= {"R4/full_model", "R6.linear"}
     assert cli.main(["claims", "a", "--format", "markdown"]) == 0
-    assert capsys.readouterr().out.startswith("| claim_id | claim | verdict")
+    assert capsys.readouterr().out.startswith("| claim_id | kind | claim | verdict")
 
 
 def test_a_missing_or_half_built_run_gets_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
-    _write_run(tmp_path, "a", 0.1, -0.9)
+    _write_run(tmp_path, "a", 0.1, 0.95)
     (tmp_path / "results" / "half").mkdir()
     monkeypatch.chdir(tmp_path)
     assert cli.main(["claims", "nope"]) == 2
@@ -123,14 +206,14 @@ def test_a_missing_or_half_built_run_gets_one_line_and_exit_2(tmp_path, capsys, 
 
 
 def test_compare_shows_differing_values_moved_claims_and_one_run_tables(tmp_path, capsys, monkeypatch):
-    _write_run(tmp_path, "a", 0.1, -0.9)
-    _write_run(tmp_path, "b", 0.25, -1.1)
+    _write_run(tmp_path, "a", 0.1, 0.95)
+    _write_run(tmp_path, "b", 0.25, 1.2)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["compare", "a", "b"]) == 0
     out = capsys.readouterr().out
     assert "icl.noise_variance" in out and "icl.dim" not in out
     assert "extra/only_b.parquet" in out
-    _write_run(tmp_path, "c", 1e-11, -1.1)  # a tiny value prints exactly, not rounded to 0.0
+    _write_run(tmp_path, "c", 1e-11, 1.2)  # a tiny value prints exactly, not rounded to 0.0
     assert cli.main(["compare", "a", "c"]) == 0
     assert "1e-11" in capsys.readouterr().out
     both = compare.side_by_side(reading.ledger_of("a", tmp_path), reading.ledger_of("b", tmp_path)).set_index("claim_id")
@@ -146,26 +229,9 @@ def test_moved_needs_disjoint_intervals_or_a_new_verdict():
     assert compare._moved(point, point | {"value": 0.02})
 
 
+
+
 def test_a_table_without_the_column_a_claim_reads_is_not_run():
-    tables = _tables(-0.9, 0.01) | {"beyond_gaussian/slopes.parquet": pd.DataFrame({"token_measure": ["uniform"]})}
+    tables = _tables(0.95, 0.0) | {"beyond_gaussian/gaps.parquet": pd.DataFrame({"token_measure": ["uniform"]})}
     rows = _by_id(ledger.evaluate(tables.get))
-    assert rows.loc["R4.beyond", "verdict"] == v.NOT_RUN and "no column 'slope'" in rows.loc["R4.beyond", "why"]
-
-
-def test_the_floor_corrected_r4_claim_reads_its_own_fit_where_floors_were_measured():
-    """R4.floor_corrected reads corrected_slope (docs/theory.md#floor-corrected-gap), beside the raw R4 claim, and
-    skips the experiments without measured floors (the reduced model)."""
-    slopes = pd.DataFrame({"experiment": ["full_model", "reduced_model"], "model": ["softmax", "softmax"],
-                           "slope": [-0.83, -0.9], "slope_lo": [-0.86, -1.0], "slope_hi": [-0.80, -0.8],
-                           "corrected_slope": [-0.97, np.nan], "corrected_slope_lo": [-1.02, np.nan],
-                           "corrected_slope_hi": [-0.92, np.nan], "n_corrected_points": [40, 0]})
-    rows = _by_id(ledger.evaluate((_tables(-0.9, 0.01) | {"transfer/trajectory_slopes.parquet": slopes}).get))
-    assert rows.loc["R4/full_model", "verdict"] == v.DISAGREES and rows.loc["R4/full_model", "value"] == -0.83
-    corrected = rows.loc["R4.floor_corrected/full_model"]
-    assert corrected["verdict"] == v.AGREES and corrected["value"] == -0.97 and corrected["ci_low"] == -1.02
-    assert "R4.floor_corrected/reduced_model" not in rows.index and "R4/reduced_model" in rows.index
-    far = slopes.assign(corrected_slope_lo=-0.95)  # an interval that excludes −1
-    assert _by_id(ledger.evaluate((_tables(-0.9, 0.01) | {"transfer/trajectory_slopes.parquet": far}).get)).loc[
-        "R4.floor_corrected/full_model", "verdict"] == v.DISAGREES
-    plain = _by_id(ledger.evaluate(_tables(-0.9, 0.01).get))  # a table written before the corrected fit existed
-    assert plain.loc["R4.floor_corrected", "verdict"] == v.NOT_RUN
+    assert rows.loc["R4.beyond", "verdict"] == v.NOT_RUN and "no column" in rows.loc["R4.beyond", "why"]

@@ -51,3 +51,15 @@ def test_ray_coefficient_of_a_self_normalised_estimator_is_one():
     fit = ray_coefficient(sq, lengths, np.exp(tilts**2) * (1 + tilts**2), tilts**2, 100, rng)
     assert fit["n_points"] == 3 and fit["max_log_rho"] == pytest.approx(0.64)
     assert abs(fit["estimate"] - 1.0) < 4 * fit["se"] and fit["se"] < 0.05
+
+
+def test_exponent_fit_recovers_exponent_and_correction():
+    """Gaps A_s·L^−p(1 + b/L) exactly: the profiled fit returns p and b (b to the refined grid's step), and fixing
+    b = 0 gives a biased exponent."""
+    from largeprompt.maths.leading_terms import exponent_fit
+    lengths = np.repeat([20, 40, 80, 160, 320, 640], 3)
+    seeds = np.tile([0, 1, 2], 6)
+    gaps = np.array([1.0, 2.0, 0.5])[seeds] * lengths**-1.0 * (1 + 12.0 / lengths)
+    fit = exponent_fit(lengths, gaps, seeds)
+    assert fit["exponent"] == pytest.approx(1.0, abs=2e-3) and fit["correction"] == pytest.approx(12.0, rel=0.05)
+    assert exponent_fit(lengths, gaps, seeds, correction=False)["exponent"] > 1.05

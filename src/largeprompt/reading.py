@@ -11,7 +11,7 @@ from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_proven
 from largeprompt.ledger.compare import config_values, differing_values, only_in_one, side_by_side
 
 LEDGER = Path("claims") / "claims.parquet"
-SHOWN = ["claim_id", "verdict", "value", "ci_low", "ci_high", "predicted"]
+SHOWN = ["claim_id", "kind", "verdict", "verdict_unadjusted", "p_holm", "value", "ci_low", "ci_high", "predicted"]
 
 
 class RunError(Exception):
@@ -53,8 +53,8 @@ def format_ledger(ledger: pd.DataFrame, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(json.loads(ledger.to_json(orient="records")), indent=1, ensure_ascii=False)
     if fmt == "markdown":
-        return markdown(ledger[["claim_id", "claim", "verdict", "value", "ci_low", "ci_high", "predicted", "why",
-                                "figure"]])
+        return markdown(ledger[["claim_id", "kind", "claim", "verdict", "verdict_unadjusted", "p_value", "p_holm",
+                                "value", "ci_low", "ci_high", "predicted", "why", "figure"]])
     counts = ledger["verdict"].value_counts()
     head = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
     with pd.option_context("display.width", 200, "display.max_colwidth", 40):

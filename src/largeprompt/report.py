@@ -18,7 +18,8 @@ from docutils.parsers.rst.directives.images import Image
 
 DIRECTIVE = "embedded-result"
 LEDGER_DIRECTIVE = "claims-ledger"
-LEDGER_COLUMNS = ["claim_id", "verdict", "value", "ci_low", "ci_high", "predicted", "claim", "why", "figure"]
+LEDGER_COLUMNS = ["claim_id", "kind", "verdict", "verdict_unadjusted", "p_holm", "value", "ci_low", "ci_high", "predicted",
+                  "claim", "why", "figure"]
 
 
 def data_uri(path: str | Path) -> str:

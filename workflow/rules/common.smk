@@ -223,6 +223,7 @@ RATE_TABLES = (
     "local_exponents",
     "error_statistics",
     "rate_guides",
+    "leading_coefficients",
     "asymptotic_constants",
     "paper_form_fits",
     "exponent_curves",

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 AGREES, DISAGREES, INCONCLUSIVE, NOT_RUN = "agrees", "disagrees", "inconclusive", "not run"
-VERDICTS = (AGREES, DISAGREES, INCONCLUSIVE, NOT_RUN)
+DESCRIPTIVE = "descriptive"  # a fact of the run with its interval, not a test (a finding, docs/experiments.md#claims)
+VERDICTS = (AGREES, DISAGREES, INCONCLUSIVE, NOT_RUN, DESCRIPTIVE)
 
 
 def _finite(*values) -> bool:

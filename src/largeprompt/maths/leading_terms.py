@@ -59,3 +59,54 @@ def ray_coefficient(sq_errors: np.ndarray, prompt_lengths, asymptotic_variance: 
     return out | {"n_points": int(points.sum()), "n_points_total": int(len(points)),
                   "fit_min_prompt_length": int(lengths[fit].min()), "fit_max_prompt_length": int(lengths[fit].max()),
                   "max_log_rho": float(np.max(np.asarray(log_rho)[points])), "n_prompts": int(per_prompt.shape[0])}
+
+
+# --- R4: the exponent of a gap that falls like A·L^{−p}(1 + b/L), one amplitude per seed -----------------------------
+
+def _profile_fit(y, design, lengths, corrections):
+    """Least squares of y − log(1 + b/L) on design for every b of ``corrections`` at once → (coefficients [k, nb],
+    residual sums of squares [nb])."""
+    target = y[:, None] - np.log1p(np.asarray(corrections)[None, :] / lengths[:, None])  # [n, nb]
+    coef = np.linalg.pinv(design) @ target
+    resid = target - design @ coef
+    return coef, (resid * resid).sum(axis=0)
+
+
+def exponent_fit(lengths, gaps, groups, correction: bool = True) -> dict:
+    """log gap = a_g − p·log L + log(1 + b/L) with one intercept a_g per group (seed) and a common exponent p and
+    correction b (profiled over b > −L_min/2 on a log-spaced grid, then refined); ``correction=False`` fixes b = 0."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    y = np.log(np.asarray(gaps, dtype=np.float64))
+    labels, index = np.unique(np.asarray(groups), return_inverse=True)
+    design = np.column_stack([-np.log(lengths), np.eye(len(labels))[index]])  # [n, 1 + G]
+    if not correction or len(np.unique(lengths)) < 3:
+        coef, rss = _profile_fit(y, design, lengths, [0.0])
+        return {"exponent": float(coef[0, 0]), "correction": 0.0, "rss": float(rss[0])}
+    low = lengths.min()
+    grid = np.concatenate([-low * np.geomspace(0.45, 1e-3, 24), [0.0], low * np.geomspace(1e-3, 50.0, 40)])
+    _, rss = _profile_fit(y, design, lengths, grid)
+    k = int(np.argmin(rss))
+    fine = np.linspace(grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)], 41)
+    coef, rss = _profile_fit(y, design, lengths, fine)
+    j = int(np.argmin(rss))
+    return {"exponent": float(coef[0, j]), "correction": float(fine[j]), "rss": float(rss[j])}
+
+
+def exponent_with_seed_bootstrap(frame, value: str, rng: np.random.Generator, n_boot: int = 400,
+                                 correction: bool = True) -> dict:
+    """:func:`exponent_fit` of ``frame[value]`` over (prompt_length, seed) rows, with a bootstrap over whole seeds
+    (a resampled seed keeps all its points, under a new group label) for the exponent's standard error."""
+    seeds = np.unique(frame["seed"].to_numpy())
+    point = exponent_fit(frame["prompt_length"], frame[value], frame["seed"], correction)
+    by_seed = {s: frame[frame["seed"] == s] for s in seeds}
+    boot = []
+    for _ in range(n_boot if len(seeds) >= 3 else 0):
+        draw = rng.choice(seeds, size=len(seeds))
+        parts = [by_seed[s].assign(seed=k) for k, s in enumerate(draw)]
+        lengths = np.concatenate([p["prompt_length"].to_numpy() for p in parts])
+        if len(np.unique(lengths)) < 2:
+            continue
+        boot.append(exponent_fit(lengths, np.concatenate([p[value].to_numpy() for p in parts]),
+                                 np.concatenate([p["seed"].to_numpy() for p in parts]), correction)["exponent"])
+    se = float(np.std(boot, ddof=1)) if len(boot) > 1 else float("nan")
+    return point | {"se": se, "n_points": int(len(frame)), "n_seeds": int(len(seeds))}
