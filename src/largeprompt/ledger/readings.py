@@ -126,7 +126,8 @@ def transfer_bracket(key: str, keep: dict | None = None):
     """R4: the exponent p of sup_t‖θ_L − θ_∞‖ ≈ A_seed·L^{−p}(1 + b/L), fitted on the raw gaps (floors added: the
     shallow side) and on the floor-corrected gaps (floors subtracted: the steep side) over the points above the floor
     cut, each with a seed bootstrap; H0: raw exponent ≤ 1 ≤ corrected exponent (docs/theory.md#floor-corrected-gap).
-    Without measured floors only the raw side is read (H0: raw exponent ≤ 1)."""
+    Without measured floors the floor is fitted, A_seed·L^{−p}(1 + b/L) + f over every point, and p = 1 is tested
+    two-sided."""
     def read_rows(read, claim):
         table = read(claim.table)
         if table is None:
@@ -142,17 +143,17 @@ def transfer_bracket(key: str, keep: dict | None = None):
 
 
 def _bracket(frame, stream: str) -> h.Outcome:
-    has_floor = frame["floor"].notna().any()
-    above = frame[frame["sup_distance"] > frame["floor_threshold"]] if has_floor else frame
     rng = np.random.default_rng(stream_seed(0, stream))
-    if above["prompt_length"].nunique() < 3:
-        return h.two_sided(math.nan, math.nan, 1.0)
-    raw = exponent_with_seed_bootstrap(above, "sup_distance", rng, R4_BOOTSTRAP)
-    if not has_floor:
-        return h.at_most(raw["exponent"], raw["se"], 1.0, EXPONENT_RESOLUTION)
+    if not frame["floor"].notna().any():
+        if frame["prompt_length"].nunique() < 4:
+            return h.two_sided(math.nan, math.nan, 1.0)
+        fitted = exponent_with_seed_bootstrap(frame, "sup_distance", rng, R4_BOOTSTRAP, floor=True)
+        return h.two_sided(fitted["exponent"], fitted["se"], 1.0, EXPONENT_RESOLUTION)
+    above = frame[frame["sup_distance"] > frame["floor_threshold"]]
     corrected = above[above["corrected_distance"] > 0]
     if corrected["prompt_length"].nunique() < 3:
-        return h.at_most(raw["exponent"], raw["se"], 1.0, EXPONENT_RESOLUTION)
+        return h.two_sided(math.nan, math.nan, 1.0)
+    raw = exponent_with_seed_bootstrap(above, "sup_distance", rng, R4_BOOTSTRAP)
     steep = exponent_with_seed_bootstrap(corrected, "corrected_distance", rng, R4_BOOTSTRAP)
     return h.bracket((raw["exponent"], raw["se"]), (steep["exponent"], steep["se"]), 1.0, EXPONENT_RESOLUTION)
 

@@ -61,43 +61,47 @@ def ray_coefficient(sq_errors: np.ndarray, prompt_lengths, asymptotic_variance: 
                   "max_log_rho": float(np.max(np.asarray(log_rho)[points])), "n_prompts": int(per_prompt.shape[0])}
 
 
-# --- R4: the exponent of a gap that falls like A·L^{−p}(1 + b/L), one amplitude per seed -----------------------------
+# --- R4: the exponent of a gap that falls like A·L^{−p}(1 + b/L) (+ a floor), one amplitude per seed ---------------
 
-def _profile_fit(y, design, lengths, corrections):
-    """Least squares of y − log(1 + b/L) on design for every b of ``corrections`` at once → (coefficients [k, nb],
-    residual sums of squares [nb])."""
-    target = y[:, None] - np.log1p(np.asarray(corrections)[None, :] / lengths[:, None])  # [n, nb]
-    coef = np.linalg.pinv(design) @ target
-    resid = target - design @ coef
-    return coef, (resid * resid).sum(axis=0)
+CORRECTION_BOUND = 1.0  # |b| ≤ L_min: the correction changes the gap at most twofold over the fitted range
 
 
-def exponent_fit(lengths, gaps, groups, correction: bool = True) -> dict:
-    """log gap = a_g − p·log L + log(1 + b/L) with one intercept a_g per group (seed) and a common exponent p and
-    correction b (profiled over b > −L_min/2 on a log-spaced grid, then refined); ``correction=False`` fixes b = 0."""
+def _log_model(params, log_l, inv_l, index, n_groups, floor: bool):
+    """log(A_g·L^{−p}(1 + b/L) + f) with params (p, b, [f,] log A_1, …, log A_G)."""
+    p, b = params[0], params[1]
+    f = params[2] if floor else 0.0
+    log_a = params[2 + floor:][index]
+    return np.log(np.exp(log_a - p * log_l) * (1.0 + b * inv_l) + f)
+
+
+def exponent_fit(lengths, gaps, groups, correction: bool = True, floor: bool = False) -> dict:
+    """log gap = log(A_g·L^{−p}(1 + b/L) + f): one amplitude A_g per group (seed), a common exponent p, a common
+    correction b (|b| ≤ L_min; ``correction=False`` fixes b = 0) and, with ``floor``, a common floor f ≥ 0 fitted
+    beside them (for gaps whose floors were not measured). Least squares on log gaps."""
+    from scipy.optimize import least_squares
+
     lengths = np.asarray(lengths, dtype=np.float64)
     y = np.log(np.asarray(gaps, dtype=np.float64))
     labels, index = np.unique(np.asarray(groups), return_inverse=True)
-    design = np.column_stack([-np.log(lengths), np.eye(len(labels))[index]])  # [n, 1 + G]
-    if not correction or len(np.unique(lengths)) < 3:
-        coef, rss = _profile_fit(y, design, lengths, [0.0])
-        return {"exponent": float(coef[0, 0]), "correction": 0.0, "rss": float(rss[0])}
-    low = lengths.min()
-    grid = np.concatenate([-low * np.geomspace(0.45, 1e-3, 24), [0.0], low * np.geomspace(1e-3, 50.0, 40)])
-    _, rss = _profile_fit(y, design, lengths, grid)
-    k = int(np.argmin(rss))
-    fine = np.linspace(grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)], 41)
-    coef, rss = _profile_fit(y, design, lengths, fine)
-    j = int(np.argmin(rss))
-    return {"exponent": float(coef[0, j]), "correction": float(fine[j]), "rss": float(rss[j])}
+    log_l, inv_l, g = np.log(lengths), 1.0 / lengths, len(labels)
+    design = np.column_stack([-log_l, np.eye(g)[index]])
+    start = np.linalg.lstsq(design, y, rcond=None)[0]  # the pure power law: (p, log A_g)
+    bound_b = CORRECTION_BOUND * lengths.min() if correction and len(np.unique(lengths)) >= 3 else 0.0
+    x0 = np.concatenate([[start[0], 0.0], [0.05 * np.exp(y.min())] if floor else [], start[1:]])
+    lower = np.concatenate([[-np.inf, -0.5 * bound_b], [0.0] if floor else [], np.full(g, -np.inf)])
+    upper = np.concatenate([[np.inf, bound_b + 1e-300], [np.inf] if floor else [], np.full(g, np.inf)])
+    fit = least_squares(lambda q: _log_model(q, log_l, inv_l, index, g, floor) - y, x0, bounds=(lower, upper),
+                        x_scale="jac")
+    return {"exponent": float(fit.x[0]), "correction": float(fit.x[1]),
+            "floor": float(fit.x[2]) if floor else 0.0, "rss": float(2 * fit.cost)}
 
 
 def exponent_with_seed_bootstrap(frame, value: str, rng: np.random.Generator, n_boot: int = 400,
-                                 correction: bool = True) -> dict:
+                                 correction: bool = True, floor: bool = False) -> dict:
     """:func:`exponent_fit` of ``frame[value]`` over (prompt_length, seed) rows, with a bootstrap over whole seeds
     (a resampled seed keeps all its points, under a new group label) for the exponent's standard error."""
     seeds = np.unique(frame["seed"].to_numpy())
-    point = exponent_fit(frame["prompt_length"], frame[value], frame["seed"], correction)
+    point = exponent_fit(frame["prompt_length"], frame[value], frame["seed"], correction, floor)
     by_seed = {s: frame[frame["seed"] == s] for s in seeds}
     boot = []
     for _ in range(n_boot if len(seeds) >= 3 else 0):
@@ -107,6 +111,6 @@ def exponent_with_seed_bootstrap(frame, value: str, rng: np.random.Generator, n_
         if len(np.unique(lengths)) < 2:
             continue
         boot.append(exponent_fit(lengths, np.concatenate([p[value].to_numpy() for p in parts]),
-                                 np.concatenate([p["seed"].to_numpy() for p in parts]), correction)["exponent"])
+                                 np.concatenate([p["seed"].to_numpy() for p in parts]), correction, floor)["exponent"])
     se = float(np.std(boot, ddof=1)) if len(boot) > 1 else float("nan")
     return point | {"se": se, "n_points": int(len(frame)), "n_seeds": int(len(seeds))}
