@@ -126,8 +126,8 @@ def transfer_bracket(key: str, keep: dict | None = None):
     """R4: the exponent p of sup_t‖θ_L − θ_∞‖ ≈ A_seed·L^{−p}(1 + b/L), fitted on the raw gaps (floors added: the
     shallow side) and on the floor-corrected gaps (floors subtracted: the steep side) over the points above the floor
     cut, each with a seed bootstrap; H0: raw exponent ≤ 1 ≤ corrected exponent (docs/theory.md#floor-corrected-gap).
-    Without measured floors the floor is fitted, A_seed·L^{−p}(1 + b/L) + f over every point, and p = 1 is tested
-    two-sided."""
+    Without measured floors (the reduced model) the steep side is the fit with a constant floor f ≥ 0 beside the
+    power law, A_seed·L^{−p}(1 + b/L) + f over every point: it removes the largest constant the data allow."""
     def read_rows(read, claim):
         table = read(claim.table)
         if table is None:
@@ -147,8 +147,9 @@ def _bracket(frame, stream: str) -> h.Outcome:
     if not frame["floor"].notna().any():
         if frame["prompt_length"].nunique() < 4:
             return h.two_sided(math.nan, math.nan, 1.0)
+        raw = exponent_with_seed_bootstrap(frame, "sup_distance", rng, R4_BOOTSTRAP)
         fitted = exponent_with_seed_bootstrap(frame, "sup_distance", rng, R4_BOOTSTRAP, floor=True)
-        return h.two_sided(fitted["exponent"], fitted["se"], 1.0, EXPONENT_RESOLUTION)
+        return h.bracket((raw["exponent"], raw["se"]), (fitted["exponent"], fitted["se"]), 1.0, EXPONENT_RESOLUTION)
     above = frame[frame["sup_distance"] > frame["floor_threshold"]]
     corrected = above[above["corrected_distance"] > 0]
     if corrected["prompt_length"].nunique() < 3:

@@ -9,6 +9,9 @@ keyed by ``measure``, ``metric`` (output | grad_U | grad_V), ``c`` and, where it
 * ``error_statistics``: the mean / median / 90% quantile of the squared error at each L.
 * ``rate_guides``: the statistic at the first fitted L, L₀, carried along the predicted rate,
   statistic(L₀)·(L/L₀)^{−predicted}, on the fitted L (the dashed guides of the figures).
+* ``leading_coefficients``: L·E err² = A + B·L^{−q} fitted over the upper half of the L grid, Â with its bootstrap
+  standard error against the closed form A(c) (docs/experiments.md#claims), only where A(c) is finite and the
+  correction exponent q(c) ≥ 1/2 (the leading term is then resolved from its correction).
 * ``asymptotic_constants`` (Gaussian, output): L·E‖T_L − T_∞‖² at the largest L against E_q tr C
   (docs/theory.md#fixed-query-fluctuations), NaN where that average is infinite (c ≥ 1/2).
 * ``paper_form_fits`` (one per metric): c₁ ln L / L^{c₂/σ²} fitted jointly over the Gaussian cells with
@@ -25,6 +28,9 @@ import pandas as pd
 
 from largeprompt.core.seeding import stream_seed
 from largeprompt.maths.fluctuations import random_query_mean_trace_c
+from largeprompt.maths.large_tilt import correction_exponent
+from largeprompt.maths.leading_constants import leading_coefficient
+from largeprompt.maths.leading_terms import coefficient_with_bootstrap
 from largeprompt.maths.rates import (
     STATISTICS,
     bootstrap_indices,
@@ -41,8 +47,9 @@ from largeprompt.maths.rates import (
 
 ERROR_METRICS = {"output": "output_sq_error", "grad_U": "grad_U_sq_error", "grad_V": "grad_V_sq_error"}
 CURVE_POINTS = 200  # c values of the exponent curves
-TABLES = ("exponents", "local_exponents", "error_statistics", "rate_guides", "asymptotic_constants", "paper_form_fits",
-          "exponent_curves")
+TABLES = ("exponents", "local_exponents", "error_statistics", "rate_guides", "leading_coefficients", "asymptotic_constants",
+          "paper_form_fits", "exponent_curves")
+MIN_CORRECTION_EXPONENT = 0.5  # below it the correction B·L^−q cannot be told from the constant A over the L grid
 
 
 def _error_matrix(cell: pd.DataFrame, column: str):
@@ -89,6 +96,20 @@ def constant_row(errors, lengths, idx, sigma_sq: float, dim: int, level: float, 
     lo, hi = percentile_ci(scaled[idx].mean(axis=1), level)
     return dict(key, prompt_length=int(lengths[-1]), estimate=float(scaled.mean()), ci_low=float(lo), ci_high=float(hi),
                 predicted=float(random_query_mean_trace_c(key["c"], sigma_sq, dim)), n_repetitions=errors.shape[0])
+
+
+def coefficient_row(errors, lengths, boot_means, dim: int, key: dict) -> dict | None:
+    """Â of L·E err² = A + B·L^{−q} over the upper half of the L grid against the closed form A(c)
+    (:func:`largeprompt.maths.leading_constants.leading_coefficient`); None outside the theory's regime."""
+    predicted = leading_coefficient(key["token_measure"], key["metric"], key["c"], dim)
+    q = float(correction_exponent(key["c"], key["token_measure"]))
+    if not np.isfinite(predicted) or q < MIN_CORRECTION_EXPONENT:
+        return None
+    fit = upper_half(lengths)
+    result = coefficient_with_bootstrap(lengths[fit], errors[:, fit], boot_means[:, fit], q)
+    return dict(key, **result, predicted=float(predicted), correction_exponent=q,
+                fit_min_prompt_length=int(lengths[fit].min()), fit_max_prompt_length=int(lengths[fit].max()),
+                n_repetitions=errors.shape[0])
 
 
 def exponent_grid(c_values) -> np.ndarray:
@@ -154,6 +175,9 @@ def rate_tables(cells: Iterable[tuple[str, float]], load_cell: Callable[[str, fl
             for stat in STATISTICS:
                 statistic_rows(tables, errors, lengths, boots[stat], stat, cfg.ci_level, key)
             quantile_rows(tables, errors, lengths, boots["q90"], cfg.ci_level, key)
+            coefficient = coefficient_row(errors, lengths, boots["mean"], cfg.dim, key)
+            if coefficient is not None:
+                tables["leading_coefficients"].append(coefficient)
             if metric == "output" and name == "gaussian":
                 tables["asymptotic_constants"].append(constant_row(errors, lengths, idx, sigma_sq, cfg.dim, cfg.ci_level, key))
             if name == "gaussian" and c >= cfg.paper_form_min_c:
