@@ -146,6 +146,7 @@ rule summarize_beyond_gaussian:
             "infinite.atol",
             "transfer.lr",
             "transfer.floor_factor",
+            "train.batch_size",
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
             "train.unconverged_change",

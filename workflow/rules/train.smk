@@ -59,7 +59,9 @@ rule summarize_training:
     params:
         **code("summarize_training.py"),
         **cfg(
+            "seed",
             *ICL_TASK,
+            "train.batch_size",
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",
             "train.unconverged_change",

@@ -16,6 +16,7 @@ from largeprompt.icl.dynamics import flow_table, full_model_flow
 from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.engine.status import change_window, judge, run_outcome, status_counts, status_rule
 from largeprompt.icl.flow_class import classify_flow
+from largeprompt.icl.sgd_excess import sgd_excess_columns
 from largeprompt.icl.task import RegressionTask
 from largeprompt.icl.test_set import test_set_frame
 from largeprompt.maths.rates import t_interval
@@ -72,14 +73,15 @@ def run_outcomes(trajectories: pd.DataFrame, rule: dict, linear_optimum: dict) -
 
 def prompt_length_stats(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """One row per (token_measure, model, L): counts per status and, over the ok runs of the shared batch stream,
-    the mean final test loss and attention scale with their Student-t intervals."""
+    the mean final test loss and attention scale with their Student-t intervals, and SGD's predicted stationary
+    excess where the runs carry it."""
     rows = []
     for (measure, model, L), g in runs[runs["stream"] == 0].groupby(["token_measure", "model", "prompt_length"]):
         ok = g[g["status"] == "ok"]
         row = {"token_measure": measure, "model": model, "prompt_length": int(L), "n_seeds": len(g), **status_counts(g)}
         for col in ("final_test_loss", "attention_scale"):
             row[f"{col}_mean"], row[f"{col}_lo"], row[f"{col}_hi"] = t_interval(ok[col], level)
-        rows.append(row)
+        rows.append(row | sgd_excess_columns(ok))
     return pd.DataFrame(rows)
 
 

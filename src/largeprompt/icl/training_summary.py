@@ -17,6 +17,7 @@ import pandas as pd
 from largeprompt.icl.engine.status import CHANGE_WINDOW, TRAP_REASONS, judge, readout, run_outcome, split_modes, status_counts, status_rule
 from largeprompt.icl.flow_class import classify_flow, escape_time, plateau_threshold
 from largeprompt.icl.risks import valley_optimum
+from largeprompt.icl.sgd_excess import sgd_excess_columns
 from largeprompt.maths.rates import t_interval
 
 SOFTMAX_EXPANSION_MIN_PROMPT_LENGTH = 200  # the softmax leading-order optimum is drawn from here on (an L → ∞ expansion)
@@ -120,6 +121,7 @@ def prompt_length_row(runs: pd.DataFrame, trajectories: pd.DataFrame, bayes: pd.
     for end in ("mean", "lo", "hi"):  # measured L·excess over its leading-order prediction, with the interval
         row[f"scaled_excess_over_theory_{end}"] = row[f"scaled_excess_risk_{end}"] / predicted
     row["excess_over_noise_mean"] = row["final_test_loss_mean"] - theory["noise_variance"]
+    row.update(sgd_excess_columns(ok))
     return row
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 from largeprompt.icl.beyond_gaussian import flow_end_scales, measure_task, measure_test_set, prompt_length_stats, run_outcomes
 from largeprompt.icl.bounded_optima import scale_profile, softmax_optimum
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
+from largeprompt.icl.sgd_excess import run_excesses
 from largeprompt.icl.test_set import load_test_set, reference_risks
 from largeprompt.icl.transfer_gaps import full_model_gaps, slopes, with_floor_threshold
 from largeprompt.io.parquet_io import read_parquet, write_parquet
@@ -51,6 +52,10 @@ def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_ga
     floor = {(r.token_measure, r.prompt_length): r.optimal_linear_attention_test_risk for r in refs.itertuples()}
     trained = pd.concat([read_parquet(p) for p in inputs["train"]], ignore_index=True)
     runs = run_outcomes(trained, params["train"], floor)
+    excess = pd.concat([run_excesses(g, trained[trained["token_measure"] == m], measure_task(section, m),
+                                     int(params["train"]["batch_size"]), int(params["seed"])).assign(token_measure=m)
+                        for m, g in runs.groupby("token_measure")], ignore_index=True)
+    runs = runs.merge(excess, on=["token_measure", "model", "prompt_length", "seed", "stream"], how="left")
     table = prompt_length_stats(runs).merge(refs, on=["token_measure", "prompt_length"])
     table["softmax_infimum"] = float(section["noise_variance"])
     gaps, fits = transfer_tables(params, pd.concat([read_parquet(p) for p in inputs["transfer"]], ignore_index=True))

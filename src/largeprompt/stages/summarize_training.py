@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from largeprompt.icl.sgd_excess import run_excesses
 from largeprompt.icl.task import regression_task
 from largeprompt.icl.training_summary import SummarySettings, flow_row, prompt_length_table, run_table, summary_line, theory_of
 from largeprompt.io.parquet_io import read_parquet, write_parquet
@@ -19,6 +20,8 @@ def summarize_training(inputs, outputs, params, rule="summarize_training"):
     flows = pd.DataFrame([flow_row(read_parquet(p), task.noise_variance) for p in inputs["flows"]])
     trajectories = pd.concat([read_parquet(p) for p in inputs["trajectories"]], ignore_index=True)
     runs = run_table(trajectories, flows, bayes, cfg, task.noise_variance)
+    excess = run_excesses(runs, trajectories, task, int(params["train"]["batch_size"]), int(params["seed"]))
+    runs = runs.merge(excess, on=["model", "prompt_length", "seed", "stream"], how="left")
     table = prompt_length_table(runs, trajectories, bayes, theory_of(task), cfg)
     for r in table.itertuples():
         print(summary_line(r))
