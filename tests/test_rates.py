@@ -39,8 +39,9 @@ def test_estimators_recover_exact_power_laws():
     diff_tol = 3 * (2 / np.diff(x).min()) * value_err
     assert_within(local_exponents(lengths, values), 0.7, diff_tol, "local exponents")
     assert upper_half(lengths).sum() == len(lengths) - len(lengths) // 2
-    predicted = np.array([1.0, 1.0, 0.5, 0.25])  # min(1, 1/(2c)): two roundings
-    assert_within(predicted_exponent([0.1, 0.5, 1.0, 2.0]), predicted, gamma(2) * predicted, "predicted exponent")
+    # (√(1 + 4/c) − 1)/2 capped at 1: 1, 1, (√5 − 1)/2, (√3 − 1)/2, a few roundings each
+    predicted = np.array([1.0, 1.0, (np.sqrt(5.0) - 1) / 2, (np.sqrt(3.0) - 1) / 2])
+    assert_within(predicted_exponent([0.1, 0.5, 1.0, 2.0]), predicted, gamma(8) * predicted, "predicted exponent")
 
 
 def test_paper_form_fit_recovers_its_parameters():
@@ -85,7 +86,7 @@ def test_figure_curves_are_rows_of_the_rate_tables():
         start = guide["prompt_length"].iloc[0]
         assert start == exponents.loc[(metric, c, stat), "fit_min_prompt_length"] == lengths[upper_half(lengths)][0]
         p = guide["predicted"].to_numpy()
-        assert np.all(p == (min(1.0, 1.0 / (2.0 * c)) if stat == "mean" else 1.0))
+        assert np.all(p == (float(predicted_exponent(c)) if stat == "mean" else 1.0))
         # statistic(L₀)·(L/L₀)^{−p} as exp(−p log(L/L₀)): the exponent's rounding is amplified by p·log(L/L₀)
         log_ratio = np.log(guide["prompt_length"].to_numpy() / start)
         expected = stats[(metric, c, stat, start)] * np.exp(-p * log_ratio)
@@ -94,8 +95,8 @@ def test_figure_curves_are_rows_of_the_rate_tables():
     curve = curves[curves["curve"] == "predicted"].sort_values("c")
     grid = curve["c"].to_numpy()
     assert len(curve) == CURVE_POINTS and grid[0] == 0.25 * 0.8 and grid[-1] == 1.0 * 1.25 and np.all(np.diff(grid) > 0)
-    expected = np.where(grid <= 0.5, 1.0, 0.5 / grid)  # min(1, 1/(2c))
-    assert_within(curve["exponent"], expected, gamma(2) * expected, "predicted exponent curve")
+    expected = np.minimum(1.0, (np.sqrt(1 + 4 / grid) - 1) / 2)  # p(c), docs/theory.md#random-query-rate
+    assert_within(curve["exponent"], expected, gamma(8) * expected, "predicted exponent curve")
     fits = tables["paper_form_fits"].set_index("metric")
     for metric in ERROR_METRICS:
         fit = fits.loc[metric]

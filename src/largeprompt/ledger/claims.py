@@ -73,7 +73,8 @@ CLAIMS = [
     Claim("R2.leading", "R2", "derived", "The outputs' mean squared error over random queries is A(c)/L at leading "
           "order ({suffix})", "Â/A(c) of L·E err² = A + B·L^−q over the upper half of the L grid",
           "1 (A(c) = E_q tr C, docs/theory.md#random-query-rate)", COEFFICIENT_RULE,
-          "read where A(c) is finite and the correction exponent q ≥ 1/2 (Gaussian c ≤ 1/4)", "output_concentration",
+          "read where A(c) is finite, the correction exponent q ≥ 1/2 and a repetition's L·err² has finite variance "
+          "(Gaussian c < 1/4; bounded tokens every c)", "output_concentration",
           "concentration/leading_coefficients.parquet", r.sweep_coefficients("output")),
     Claim("R3.U", "R3", "derived", "The gradient in U concentrates with its delta-method constant ({suffix})",
           "Â/A(c) of L·E‖J^U_L − J^U_∞‖² = A + B·L^−q", "1 (docs/theory.md#jacobians)", COEFFICIENT_RULE,
@@ -91,9 +92,9 @@ CLAIMS = [
           "concentration/exponents.parquet", r.bound_exponent),
     Claim("R2.large_tilt", "R2", "derived", "Beyond c = 1/2 the mean error's exponent over the fitted L range is the "
           "single-big-jump model's ({suffix})", "fitted exponent of the mean output error",
-          "the model's exponent over the same L (→ 2/(2c+1), docs/theory.md#random-query-rate)", EXPONENT_RULE,
+          "the model's exponent over the same L (→ (√(1+4/c) − 1)/2, docs/theory.md#random-query-rate)", EXPONENT_RULE,
           "the prediction is the project's own (large deviations over the query's κ), checked by a semi-analytic "
-          "simulation; polylog factors make the finite-range exponent differ from 2/(2c+1)", "rate_exponent",
+          "simulation; polylog factors make the finite-range exponent differ from its limit", "rate_exponent",
           "concentration/exponents.parquet", r.large_tilt_exponent),
     Claim("R2.fixed_query", "R2", "derived", "The fixed-query high-probability bound holds at every (κ, L, δ)",
           "largest exceedance fraction / δ over the cells", "≤ 1 in every cell",

@@ -4,20 +4,23 @@ keyed by ``measure``, ``metric`` (output | grad_U | grad_V), ``c`` and, where it
 (mean | median | q90) and ``prompt_length``:
 
 * ``exponents``: p̂ with statistic ∝ L^{−p}, least squares on log–log over the upper half of the L grid;
-  ``predicted`` min(1, 1/(2c)) for the Gaussian mean, 1 for medians and bounded tokens.
+  ``predicted`` the asymptotic exponent p(c) for the Gaussian mean, 1 for medians and bounded tokens, and
+  ``predicted_finite_range`` (with ``_se``) the large-tilt model's exponent over the same L (Gaussian mean output,
+  c > 1/2; docs/theory.md#random-query-rate).
 * ``local_exponents``: −d log(statistic)/d log L at each L.
 * ``error_statistics``: the mean / median / 90% quantile of the squared error at each L.
 * ``rate_guides``: the statistic at the first fitted L, L₀, carried along the predicted rate,
   statistic(L₀)·(L/L₀)^{−predicted}, on the fitted L (the dashed guides of the figures).
 * ``leading_coefficients``: L·E err² = A + B·L^{−q} fitted over the upper half of the L grid, Â with its bootstrap
   standard error against the closed form A(c) (docs/experiments.md#claims), only where A(c) is finite and the
-  correction exponent q(c) ≥ 1/2 (the leading term is then resolved from its correction).
+  correction exponent q(c) ≥ 1/2 (the leading term is then resolved from its correction), and, for Gaussian
+  tokens, c < 1/4 (a repetition's L·err² then has finite variance, so the bootstrap is sound).
 * ``asymptotic_constants`` (Gaussian, output): L·E‖T_L − T_∞‖² at the largest L against E_q tr C
   (docs/theory.md#fixed-query-fluctuations), NaN where that average is infinite (c ≥ 1/2).
 * ``paper_form_fits`` (one per metric): c₁ ln L / L^{c₂/σ²} fitted jointly over the Gaussian cells with
   c ≥ paper_form_min_c; predicted c₂ = 1/2 (paper Prop. 3.1 form).
 * ``exponent_curves``: exponent against c on a geometric grid of ``CURVE_POINTS`` values: ``predicted``
-  min(1, 1/(2c)) (1 for bounded tokens) per measure, and ``paper_form`` ĉ₂/c per metric with the CI of ĉ₂.
+  p(c) (1 for bounded tokens) per measure, and ``paper_form`` ĉ₂/c per metric with the CI of ĉ₂.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import pandas as pd
 
 from largeprompt.core.seeding import stream_seed
 from largeprompt.maths.fluctuations import random_query_mean_trace_c
-from largeprompt.maths.large_tilt import correction_exponent
+from largeprompt.maths.large_tilt import correction_exponent, finite_range_exponent
 from largeprompt.maths.leading_constants import leading_coefficient
 from largeprompt.maths.leading_terms import coefficient_with_bootstrap
 from largeprompt.maths.rates import (
@@ -50,6 +53,9 @@ CURVE_POINTS = 200  # c values of the exponent curves
 TABLES = ("exponents", "local_exponents", "error_statistics", "rate_guides", "leading_coefficients", "asymptotic_constants",
           "paper_form_fits", "exponent_curves")
 MIN_CORRECTION_EXPONENT = 0.5  # below it the correction B·L^−q cannot be told from the constant A over the L grid
+# Gaussian tokens: a repetition's L·err² has finite variance only while E e^{2c‖g‖²} < ∞, i.e. c < 1/4; from there on
+# its mean over repetitions is carried by rare queries and a bootstrap interval of it is not to be trusted.
+GAUSSIAN_MAX_C = 0.25
 
 
 def _error_matrix(cell: pd.DataFrame, column: str):
@@ -63,7 +69,18 @@ def _per_length(lengths, estimate, low, high, key: dict, **extra) -> list[dict]:
                  **extra) for j, L in enumerate(lengths)]
 
 
-def statistic_rows(tables: dict, errors, lengths, boot, stat: str, level: float, key: dict) -> None:
+def finite_range_prediction(key: dict, fitted_lengths, dim: int) -> dict:
+    """The large-tilt model's exponent of the mean output error over the fitted L, with its Monte Carlo error
+    (:func:`largeprompt.maths.large_tilt.finite_range_exponent`): Gaussian tokens, c > 1/2, statistic mean; NaN
+    elsewhere."""
+    if not (key["token_measure"] == "gaussian" and key["metric"] == "output" and key["statistic"] == "mean"
+            and key["c"] > 0.5):
+        return {"predicted_finite_range": np.nan, "predicted_finite_range_se": np.nan}
+    exponent, se = finite_range_exponent(key["c"], dim, fitted_lengths, return_stderr=True)
+    return {"predicted_finite_range": exponent, "predicted_finite_range_se": se}
+
+
+def statistic_rows(tables: dict, errors, lengths, boot, stat: str, level: float, key: dict, dim: int) -> None:
     """Exponent, local exponents, the statistic at each L and its rate guide, for one statistic of one cell
     (``boot`` [B, P]: the statistic of each bootstrap resample)."""
     fit = upper_half(lengths)
@@ -73,7 +90,8 @@ def statistic_rows(tables: dict, errors, lengths, boot, stat: str, level: float,
     key = dict(key, statistic=stat)
     tables["exponents"].append(dict(key, estimate=float(loglog_exponent(lengths[fit], point[fit])), ci_low=float(lo),
                                     ci_high=float(hi), predicted=predicted, fit_min_prompt_length=int(lengths[fit].min()),
-                                    fit_max_prompt_length=int(lengths[fit].max()), n_repetitions=errors.shape[0]))
+                                    fit_max_prompt_length=int(lengths[fit].max()), n_repetitions=errors.shape[0],
+                                    **finite_range_prediction(key, lengths[fit], dim)))
     llo, lhi = percentile_ci(local_exponents(lengths, boot), level)
     tables["local_exponents"] += _per_length(lengths, local_exponents(lengths, point), llo, lhi, key, predicted=predicted)
     qlo, qhi = percentile_ci(boot, level)
@@ -103,7 +121,8 @@ def coefficient_row(errors, lengths, boot_means, dim: int, key: dict) -> dict | 
     (:func:`largeprompt.maths.leading_constants.leading_coefficient`); None outside the theory's regime."""
     predicted = leading_coefficient(key["token_measure"], key["metric"], key["c"], dim)
     q = float(correction_exponent(key["c"], key["token_measure"]))
-    if not np.isfinite(predicted) or q < MIN_CORRECTION_EXPONENT:
+    finite_variance = key["token_measure"] != "gaussian" or key["c"] < GAUSSIAN_MAX_C
+    if not np.isfinite(predicted) or q < MIN_CORRECTION_EXPONENT or not finite_variance:
         return None
     fit = upper_half(lengths)
     result = coefficient_with_bootstrap(lengths[fit], errors[:, fit], boot_means[:, fit], q)
@@ -118,7 +137,7 @@ def exponent_grid(c_values) -> np.ndarray:
 
 
 def predicted_curve_rows(measure: str, grid) -> list[dict]:
-    """The predicted exponent min(1, 1/(2c)) (1 for bounded tokens) at every c of ``grid``."""
+    """The predicted exponent p(c) (1 for bounded tokens) at every c of ``grid``."""
     return [dict(curve="predicted", token_measure=measure, metric=None, c=float(c), exponent=float(p), ci_low=np.nan,
                  ci_high=np.nan, predicted=float(p)) for c, p in zip(grid, predicted_exponent(grid, measure))]
 
@@ -173,7 +192,7 @@ def rate_tables(cells: Iterable[tuple[str, float]], load_cell: Callable[[str, fl
             key = dict(token_measure=name, metric=metric, c=c)
             boots = bootstrap_statistics(errors, (*STATISTICS, "q90"), idx)  # {statistic: [B, P]}
             for stat in STATISTICS:
-                statistic_rows(tables, errors, lengths, boots[stat], stat, cfg.ci_level, key)
+                statistic_rows(tables, errors, lengths, boots[stat], stat, cfg.ci_level, key, cfg.dim)
             quantile_rows(tables, errors, lengths, boots["q90"], cfg.ci_level, key)
             coefficient = coefficient_row(errors, lengths, boots["mean"], cfg.dim, key)
             if coefficient is not None:

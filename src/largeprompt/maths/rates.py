@@ -12,21 +12,17 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from largeprompt.maths.large_tilt import asymptotic_mean_exponent
+
 STATISTICS = ("mean", "median")
 QUANTILES = {"median": 0.5, "q90": 0.9}  # the order statistics among the statistics (q90: display only)
 
 
 def predicted_exponent(c, measure: str = "gaussian") -> np.ndarray:
-    """p = min(1, 1/(2c)): the heuristic decay exponent of E‖T_L − T_∞‖² over random queries (docs/theory.md#random-query-rate).
-
-    The slow rate needs Gaussian tokens: there ρ(a) = e^{c‖g‖²} has a heavy tail over queries.
-    For bounded tokens (Rademacher, uniform) ρ(a) ≤ e^{2‖a‖₁}, whose every moment over Gaussian queries is
-    finite, so the predicted exponent is 1 at every c.
-    """
-    c = np.asarray(c, dtype=np.float64)
-    if measure != "gaussian":
-        return np.ones_like(c)
-    return np.minimum(1.0, 1.0 / (2.0 * c))
+    """p(c): the decay exponent of E‖T_L − T_∞‖² over random queries, 1 for c ≤ 1/2 and (√(1 + 4/c) − 1)/2 above
+    for Gaussian tokens, 1 for bounded ones (:func:`largeprompt.maths.large_tilt.asymptotic_mean_exponent`,
+    docs/theory.md#random-query-rate)."""
+    return asymptotic_mean_exponent(c, measure)
 
 
 def paper_form_exponent(c2: float, sigma_sq) -> np.ndarray:
