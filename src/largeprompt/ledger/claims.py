@@ -88,7 +88,8 @@ CLAIMS = [
           "({suffix})", "fitted exponent of the mean output error (upper half of the L grid)",
           "≥ 1/(2c) − 1/ln L̄ (the bound's own slope over the fitted range)",
           "one-sided z-test at 5% (H0: exponent ≥ the bound's); rejected only if the exponent lies significantly below",
-          "a one-sided bound: it can only be contradicted by a decay slower than the bound's", "rate_exponent",
+          "a one-sided bound, read at c > 1/2 (at c = 1/2 the mean has one more ln L than the bound's form): it can only "
+          "be contradicted by a decay slower than the bound's", "rate_exponent",
           "concentration/exponents.parquet", r.bound_exponent),
     Claim("R2.large_tilt", "R2", "derived", "Beyond c = 1/2 the mean error's exponent over the fitted L range is the "
           "single-big-jump model's ({suffix})", "fitted exponent of the mean output error",

@@ -54,13 +54,15 @@ def sweep_coefficients(metric: str):
 
 
 def bound_exponent(read, claim):
-    """R2 (paper Prop. 3.1, a one-sided bound): the mean's fitted exponent at each Gaussian c ≥ 1/2 is at least
-    that of c₁ ln L / L^{c₂/σ²} with c₂ = 1/2 over the same L range, 1/(2c) − 1/ln L̄ (L̄ the fit's geometric middle)."""
+    """R2 (paper Prop. 3.1, a one-sided bound): the mean's fitted exponent at each Gaussian c > 1/2 is at least
+    that of c₁ ln L / L^{c₂/σ²} with c₂ = 1/2 over the same L range, 1/(2c) − 1/ln L̄ (L̄ the fit's geometric middle).
+    At c = 1/2 itself the mean carries (ln L)^{D/2+1}/L (docs/theory.md#random-query-rate): c₂ = 1/2 is the supremum of
+    the admissible c₂, not admissible there, so c = 1/2 is not read."""
     table = read(claim.table)
     if table is None:
         return []
     rows = table[(table["metric"] == "output") & (table["statistic"] == "mean") & (table["token_measure"] == "gaussian")
-                 & (table["c"] >= 0.5)].sort_values("c")
+                 & (table["c"] > 0.5)].sort_values("c")
     out = []
     for r in rows.itertuples():
         middle = math.sqrt(r.fit_min_prompt_length * r.fit_max_prompt_length)
