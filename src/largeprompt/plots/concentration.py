@@ -58,10 +58,10 @@ def draw_concentration_row(axes, tables: dict, metric: str, measure: str):
         ax_local.plot(local["prompt_length"], local["estimate"], color=colour, marker="o", ms=2.5)
         ax_local.fill_between(local["prompt_length"], local["ci_low"], local["ci_high"], color=colour, alpha=0.2, lw=0)
         ax_local.axhline(fit.predicted, color=colour, linestyle="--", linewidth=1.1)
-    guide = r"predicted rate $L^{-\min(1,\,1/(2c))}$" if measure == "gaussian" else r"predicted rate $L^{-1}$ (bounded tokens)"
+    guide = r"predicted rate $L^{-p(c)}$, $p=\min(1,(\sqrt{1+4/c}-1)/2)$" if measure == "gaussian" else r"predicted rate $L^{-1}$ (bounded tokens)"
     ax_mean.plot([], [], color="grey", linestyle="--", label=guide)
     ax_med.plot([], [], color="grey", linestyle=":", label="90% quantile")
-    predicted = r"predicted exponent $\min(1, 1/(2c))$" if measure == "gaussian" else "predicted exponent 1"
+    predicted = r"predicted exponent $\min(1, (\sqrt{1+4/c}-1)/2)$" if measure == "gaussian" else "predicted exponent 1"
     ax_local.plot([], [], color="grey", linestyle="--", label=predicted)
     label = METRIC_LABELS.get(metric, metric)
     for ax, title in ((ax_mean, f"mean of {label}"), (ax_med, "median (solid), 90% quantile (dotted)")):

@@ -1,5 +1,5 @@
 """Figure `rate_exponent` (R2, R3, docs/experiments.md#rate_exponent): fitted decay exponents against c with the
-predicted exponent min(1, 1/(2c)) and the paper-form fit (paper Prop. 3.1).
+predicted exponent min(1, (√(1+4/c) − 1)/2) (docs/theory.md#random-query-rate) and the paper-form fit (paper Prop. 3.1).
 
 Every curve is a row of exponent_curves.parquet (``predicted``, ``paper_form``; :mod:`largeprompt.maths.rate_tables`);
 this module only draws.
@@ -38,7 +38,7 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
                             mfc=colours[metric] if fill else "white", linestyle="-" if fill else ":", linewidth=1, capsize=2,
                             label=f"{stat} of {METRIC_LABELS[metric]}")
         curve = curves[(curves["curve"] == "predicted") & (curves["token_measure"] == measure)].sort_values("c")
-        label = (r"predicted rate $L^{-\min(1,\,1/(2c))}$: exponent $\min(1, 1/(2c))$" if measure == "gaussian"
+        label = (r"predicted rate $L^{-p(c)}$: exponent $p(c)=\min(1,(\sqrt{1+4/c}-1)/2)$" if measure == "gaussian"
                  else r"predicted rate $L^{-1}$: exponent 1 (bounded tokens)")
         ax.plot(curve["c"], curve["exponent"], label=label, **REFERENCE_STYLE)
         for metric, ls in (("output", (0, (4, 2))), ("grad_U", (0, (1.5, 1.5)))):
