@@ -1,6 +1,7 @@
 """Command line: ``largeprompt inspect FILE.parquet|FIGURE.png|FIGURE.pdf`` (README.md, "Reading the cached results") and
 ``largeprompt claims RUN``, ``largeprompt compare RUN_A RUN_B`` (docs/experiments.md#claims),
-``largeprompt bench`` (README.md, "Performance") and ``largeprompt publish RUN`` (a run's figures and tables into the docs)."""
+``largeprompt bench`` (README.md, "Performance"), ``largeprompt publish RUN`` (a run's figures and tables into the docs) and
+``largeprompt calibrate`` (the size and power of the ledger's tests on synthetic data, largeprompt.ledger.calibration)."""
 from __future__ import annotations
 
 import argparse
@@ -72,6 +73,11 @@ def main(argv=None) -> int:
                                                "tables only one run has")
     p_compare.add_argument("run_a")
     p_compare.add_argument("run_b")
+    p_calibrate = sub.add_parser("calibrate", help="measure the size and power of the claims ledger's tests on synthetic "
+                                                   "data from a known truth (docs/experiments.md#claims)")
+    p_calibrate.add_argument("--draws", type=int, default=400, help="synthetic draws per truth (fewer for costly tests)")
+    p_calibrate.add_argument("--seed", type=int, default=0)
+    p_calibrate.add_argument("--format", choices=["table", "markdown"], default="table")
     sub.add_parser("bench", help="run the performance benchmark (README.md, section Performance); see `largeprompt bench --help`", add_help=False)
     sub.add_parser("publish", help="copy a finished run's figures, small tables and stage times into the docs; "
                                    "see `largeprompt publish --help`", add_help=False)
@@ -92,6 +98,11 @@ def main(argv=None) -> int:
         except reading.RunError as err:
             print(f"largeprompt {args.command}: error: {err}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "calibrate":
+        from largeprompt.ledger.calibration import calibration_table  # the ledger's tests import torch
+        table = calibration_table(args.draws, args.seed)
+        print(reading.markdown(table) if args.format == "markdown" else table.to_string(index=False))
         return 0
     if args.command == "inspect":
         try:

@@ -80,7 +80,8 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     """H0: θ_low ≤ predicted ≤ θ_high for two estimates (θ̂, se) that bound the quantity from either side (raw and
     floor-corrected gaps, docs/theory.md#floor-corrected-gap). Rejected when the low side lies significantly above
     the prediction or the high side significantly below it (Bonferroni over the two sides). The value is the
-    midpoint; the interval runs from the low side's lower end to the high side's upper end."""
+    midpoint; the interval runs from the low side's lower end to the high side's upper end. The resolution applies
+    to each side's own half-width (their distance apart is the bracket's real width, not imprecision)."""
     (lo_est, lo_se), (hi_est, hi_se) = low_side, high_side
     if not _finite(lo_est, lo_se, hi_est, hi_se, predicted) or lo_se <= 0 or hi_se <= 0:
         return Outcome(math.nan, math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
@@ -88,7 +89,7 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     p_high = stats.norm.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
     p = float(min(1.0, 2 * min(p_low, p_high)))
     lo, hi = lo_est - Z * lo_se, hi_est + Z * hi_se
-    verdict = _resolved(verdict_of(p), (hi - lo) / 2, resolution)
+    verdict = _resolved(verdict_of(p), Z * max(lo_se, hi_se), resolution)
     return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
 
 
