@@ -130,7 +130,9 @@ CLAIMS = [
           "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.linear_at_optimum),
     Claim("R6.softmax", "R6", "derived", "Trained softmax attention's excess over σ² is its leading-order f(α*)/L "
           "({suffix})", "A of r(L) = A + B/L, r = L·excess / leading-order L·excess, over the L where the expansion "
-          "is valid (weighted least squares)", "1 (docs/theory.md#softmax-finite-prompt-optimum)", COEFFICIENT_RULE,
+          "is valid (weighted least squares, Birge-scaled)", "1 (docs/theory.md#softmax-finite-prompt-optimum)",
+          "two-sided Student t-test of A = 1 at 5% (L values − 2 degrees of freedom); inconclusive if the 95% interval "
+          "is wider than ±0.25",
           "the expansion's remainder is o(1/L), modelled as B/L; the trained weights may not have reached the valley's "
           "best scale", "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
     Claim("R6.beyond_linear", "R6", "derived", "Linear attention ends on its measure's R(Γ*) at every L ≥ 20 ({suffix})",

@@ -52,13 +52,16 @@ def _resolved(verdict: str, half_width: float, resolution: float | None) -> str:
     return verdict
 
 
-def two_sided(estimate, se, predicted, resolution: float | None = None) -> Outcome:
-    """H0: θ = predicted, by z = (θ̂ − predicted)/se (normal approximation); interval θ̂ ± z₀.₉₇₅ se."""
+def two_sided(estimate, se, predicted, resolution: float | None = None, dof: float | None = None) -> Outcome:
+    """H0: θ = predicted, by z = (θ̂ − predicted)/se (normal approximation, or Student's t with ``dof`` degrees of
+    freedom where se is itself estimated from few points); interval θ̂ ± q₀.₉₇₅ se."""
     if not _finite(estimate, se, predicted) or se <= 0:
         return Outcome(_f(estimate), math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
-    p = float(2 * stats.norm.sf(abs(estimate - predicted) / se))
-    verdict = _resolved(verdict_of(p), Z * se, resolution)
-    return Outcome(float(estimate), estimate - Z * se, estimate + Z * se, float(predicted), p, verdict)
+    law = stats.norm if dof is None else stats.t(dof)
+    p = float(2 * law.sf(abs(estimate - predicted) / se))
+    q = float(law.ppf(1 - ALPHA / 2))
+    verdict = _resolved(verdict_of(p), q * se, resolution)
+    return Outcome(float(estimate), estimate - q * se, estimate + q * se, float(predicted), p, verdict)
 
 
 def at_least(estimate, se, bound, resolution: float | None = None) -> Outcome:
