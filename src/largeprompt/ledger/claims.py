@@ -60,10 +60,10 @@ def not_run(claim: Claim) -> dict:
 
 COEFFICIENT_RULE = ("two-sided z-test of Â/A₀ = 1 at 5% (bootstrap standard error over repetitions); inconclusive if "
                     "the 95% interval is wider than ±0.25")
-EXPONENT_RULE = "two-sided z-test at 5%; inconclusive if the 95% interval is wider than ±0.25"
+EXPONENT_RULE = "two-sided z-test at 5%; inconclusive if the 95% interval is wider than ±0.1"
 BRACKET_RULE = ("H0: raw exponent ≤ 1 ≤ floor-corrected exponent, each fitted as A_seed·L^−p(1 + b/L) with a seed "
                 "bootstrap; rejected at 5% (Bonferroni over the two sides); inconclusive if the bracket is wider than "
-                "±0.25")
+                "±0.1 (it could not tell p = 1 from 0.9)")
 CLAIMS = [
     Claim("R1", "R1", "derived", "Finite-prompt softmax attention approaches V∇K(Uz_q) with error² = C(t)/L + O(1/L²) "
           "({suffix} tokens)", "A/C(t) of L·E err² = A + B/L, pooled over the ray points in the CLT's regime "

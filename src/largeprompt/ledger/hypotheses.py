@@ -84,7 +84,7 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     floor-corrected gaps, docs/theory.md#floor-corrected-gap). Rejected when the low side lies significantly above
     the prediction or the high side significantly below it (Bonferroni over the two sides). The value is the
     midpoint; the interval runs from the low side's lower end to the high side's upper end. The resolution applies
-    to each side's own half-width (their distance apart is the bracket's real width, not imprecision)."""
+    to that whole interval: a bracket wider than it cannot tell the prediction from an error of that size."""
     (lo_est, lo_se), (hi_est, hi_se) = low_side, high_side
     if not _finite(lo_est, lo_se, hi_est, hi_se, predicted) or lo_se <= 0 or hi_se <= 0:
         return Outcome(math.nan, math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
@@ -92,8 +92,28 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     p_high = stats.norm.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
     p = float(min(1.0, 2 * min(p_low, p_high)))
     lo, hi = lo_est - Z * lo_se, hi_est + Z * hi_se
-    verdict = _resolved(verdict_of(p), Z * max(lo_se, hi_se), resolution)
+    verdict = _resolved(verdict_of(p), (hi - lo) / 2, resolution)
     return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
+
+
+def shifted_by_one_draw(observed, se, dof, mean_excess, predicted_base, resolution: float | None = None,
+                        n_grid: int = 4000) -> Outcome:
+    """H0: observed = predicted_base + e·E + T·se with E ~ Exp(1) (one draw of a non-negative excess of mean e: a
+    quadratic form ½δθᵀHδθ over k ≥ 2 directions, whose tails are heaviest at k = 2) and T ~ Student t(dof) (the
+    seeds' mean). Two-sided: p = 2·min(P(D ≥ d), P(D ≤ d)), the law of D by quadrature over T's quantiles."""
+    if not _finite(observed, se, mean_excess, predicted_base) or se <= 0 or mean_excess < 0:
+        return Outcome(_f(observed), math.nan, math.nan, _f(predicted_base), math.nan, INCONCLUSIVE)
+    if mean_excess == 0:
+        return two_sided(observed, se, predicted_base, resolution, dof)
+    t = stats.t(dof).ppf((np.arange(n_grid) + 0.5) / n_grid) * se  # [n]: the seeds' term, by its quantiles
+    d = observed - predicted_base
+    upper = float(np.mean(np.minimum(1.0, np.exp(-(d - t) / mean_excess))))  # P(e·E ≥ d − T)
+    p = float(min(1.0, 2 * min(upper, 1.0 - upper)))
+    q = float(stats.t(dof).ppf(1 - ALPHA / 2))
+    half = q * se + mean_excess * math.log(2 / ALPHA)  # the seeds' 97.5% and E's 97.5% quantile, side by side
+    verdict = _resolved(verdict_of(p), half / 2, resolution)
+    return Outcome(float(observed), observed - q * se - mean_excess, observed + half, predicted_base + mean_excess, p,
+                   verdict)
 
 
 def binomial_at_most(successes: int, trials: int, rate: float) -> Outcome:

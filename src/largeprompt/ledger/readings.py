@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats
 
 from largeprompt.core.seeding import stream_seed
 from largeprompt.ledger import hypotheses as h
@@ -14,21 +15,32 @@ from largeprompt.ledger import verdicts as v
 from largeprompt.maths.leading_terms import exponent_with_seed_bootstrap
 
 COEFFICIENT_RESOLUTION = 0.25  # a leading-coefficient ratio known to ±25% or worse cannot be read: inconclusive
-EXPONENT_RESOLUTION = 0.25  # an exponent known to ±0.25 or worse cannot tell 1 from 3/4: inconclusive
+EXPONENT_RESOLUTION = 0.1  # an exponent known to ±0.1 or worse cannot tell 1 from 0.9: inconclusive
 LINEAR_MIN_PROMPT_LENGTH = 20  # R6.linear is read at L ≥ 20 (docs/experiments.md#training_vs_prompt_length)
 R4_BOOTSTRAP = 400
 
 
-def se_of(lo, hi) -> float:
-    """The standard error behind a symmetric-enough 95% interval [lo, hi]."""
-    return (hi - lo) / (2 * h.Z) if np.isfinite(lo) and np.isfinite(hi) else math.nan
+def se_of(lo, hi, dof: float | None = None) -> float:
+    """The standard error behind a symmetric 95% interval [lo, hi]: a normal one, or Student's t with ``dof``."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return math.nan
+    q = h.Z if dof is None else float(stats.t(dof).ppf(1 - h.ALPHA / 2))
+    return (hi - lo) / (2 * q)
 
 
-def ratio_outcome(estimate, se, predicted, resolution=COEFFICIENT_RESOLUTION) -> h.Outcome:
-    """Â/A₀ tested against 1 (a leading coefficient against its closed form)."""
+def ratio_outcome(estimate, se, predicted, resolution=COEFFICIENT_RESOLUTION, log_se=math.nan) -> h.Outcome:
+    """Â/A₀ tested against 1 (a leading coefficient against its closed form). With ``log_se``, the bootstrap standard
+    error of log Â, the test runs on log Â − log A₀, where the right-skewed sums of squared errors are near-symmetric."""
     if not (np.isfinite(predicted) and predicted > 0):
         return h.two_sided(math.nan, math.nan, 1.0)
-    return h.two_sided(estimate / predicted, se / predicted, 1.0, resolution)
+    if not (np.isfinite(log_se) and log_se > 0 and estimate > 0):
+        return h.two_sided(estimate / predicted, se / predicted, 1.0, resolution)
+    log_test = h.two_sided(math.log(estimate / predicted), log_se, 0.0)
+    ratio = estimate / predicted
+    lo, hi = math.exp(log_test.lo), math.exp(log_test.hi)
+    verdict = log_test.verdict if not (resolution and log_test.verdict == v.AGREES and (hi - lo) / 2 > resolution) \
+        else v.INCONCLUSIVE
+    return h.Outcome(ratio, lo, hi, 1.0, log_test.p_value, verdict)
 
 
 # --- R1, R2, R3: leading coefficients --------------------------------------------------------------------------------
@@ -38,7 +50,8 @@ def ray_coefficient(read, claim):
     table = read(claim.table)
     if table is None:
         return []
-    return [(r.token_measure, h.two_sided(r.estimate, r.se, 1.0, COEFFICIENT_RESOLUTION)) for r in table.itertuples()]
+    return [(r.token_measure, ratio_outcome(r.estimate, r.se, 1.0, log_se=getattr(r, "log_se", math.nan)))
+            for r in table.itertuples()]
 
 
 def sweep_coefficients(metric: str):
@@ -48,7 +61,9 @@ def sweep_coefficients(metric: str):
         if table is None:
             return []
         rows = table[table["metric"] == metric].sort_values(["token_measure", "c"])
-        return [(f"{r.token_measure}/c={r.c:g}", ratio_outcome(r.estimate, r.se, r.predicted)) for r in rows.itertuples()]
+        return [(f"{r.token_measure}/c={r.c:g}", ratio_outcome(r.estimate, r.se, r.predicted,
+                                                                  log_se=getattr(r, "log_se", math.nan)))
+                for r in rows.itertuples()]
     return read_rows
 
 
@@ -198,16 +213,17 @@ def linear_at_optimum(read, claim):
 
 
 def _linear_test(r: dict) -> h.Outcome:
-    """One L of R6.linear: measured / R(Γ*) against 1 + predicted SGD excess / R(Γ*). Every seed trains on the same
-    batch stream, so the seeds end on one draw of SGD's stationary law, not on independent ones: the excess of that
-    one draw, ½δθᵀHδθ with δθ Gaussian over k ≥ 2 stiff directions, has a standard deviation of at most its mean
-    √(2/k) ≤ 1 times it, which is added to the seeds' and the Monte Carlo standard errors."""
+    """One L of R6.linear: measured / R(Γ*) against 1 + SGD's stationary excess / R(Γ*). Every seed trains on the
+    same batch stream, so the seeds end on one draw of SGD's stationary law, not on independent ones: that draw's
+    excess is a non-negative quadratic form of mean e, tested with the law of :func:`hypotheses.shifted_by_one_draw`
+    beside the seeds' Student t (n_ok − 1 degrees of freedom) and the Monte Carlo error of e."""
     ref = r["optimal_linear_attention_test_risk"]
     excess, excess_se = r.get("sgd_excess_mean", 0.0), r.get("sgd_excess_se", 0.0)
     if not np.isfinite(excess):
         excess, excess_se = 0.0, 0.0
-    se = math.sqrt(se_of(r["final_test_loss_lo"], r["final_test_loss_hi"]) ** 2 + excess_se**2 + excess**2) / ref
-    return h.two_sided(r["final_test_loss_mean"] / ref, se, 1.0 + excess / ref, COEFFICIENT_RESOLUTION)
+    se = math.hypot(se_of(r["final_test_loss_lo"], r["final_test_loss_hi"], r["n_ok"] - 1), excess_se) / ref
+    return h.shifted_by_one_draw(r["final_test_loss_mean"] / ref, se, r["n_ok"] - 1, excess / ref, 1.0,
+                                 COEFFICIENT_RESOLUTION)
 
 
 def softmax_leading_order(read, claim):

@@ -25,13 +25,15 @@ def coefficient_fit(prompt_lengths, means: np.ndarray, correction_exponent: floa
 
 def coefficient_with_bootstrap(prompt_lengths, errors: np.ndarray, boot_means: np.ndarray,
                                correction_exponent: float = 1.0) -> dict:
-    """Â and B̂ from the mean over repetitions of errors [R, P], and Â's bootstrap standard error and 95% percentile
-    interval from boot_means [B, P] (the means of resampled repetitions)."""
+    """Â and B̂ from the mean over repetitions of errors [R, P], and Â's bootstrap standard error (also of log Â,
+    NaN where a resample's Â is not positive) and 95% percentile interval from boot_means [B, P] (the means of
+    resampled repetitions)."""
     point = coefficient_fit(prompt_lengths, errors.mean(axis=0), correction_exponent)
     boot = coefficient_fit(prompt_lengths, boot_means, correction_exponent)[:, 0]
     lo, hi = np.percentile(boot, [2.5, 97.5])
+    log_se = float(np.log(boot).std(ddof=1)) if np.all(boot > 0) else float("nan")
     return {"estimate": float(point[0]), "correction": float(point[1]), "se": float(boot.std(ddof=1)),
-            "ci_low": float(lo), "ci_high": float(hi)}
+            "log_se": log_se, "ci_low": float(lo), "ci_high": float(hi)}
 
 
 def in_ray_regime(log_rho: np.ndarray, prompt_length: float) -> np.ndarray:
