@@ -103,9 +103,11 @@ CLAIMS = [
           "a proven bound: a rejection means a bug in the bound or the simulation", "fixed_query_bound",
           "fixed_query_bound/quantiles.parquet", r.fixed_query_bound),
     Claim("R2.delta_method", "R2", "derived", "At a fixed query the error's quantile is the δ-method limit law's "
-          "({suffix})", "empirical / δ-method quantile of ‖T_L − T_∞‖ at the largest L and δ",
-          "1 (where L ≥ 100·e^{3κ})", COEFFICIENT_RULE,
-          "the quantile converges at the Berry–Esseen rate e^{3κ/2}/√L, slower than the variance",
+          "({suffix})", "A of empirical / δ-method quantile of ‖T_L − T_∞‖ = A + B/√L over L ≥ 100·e^{3κ}, at the "
+          "largest δ", "1 (the limit law N(0, C))", "two-sided Student t-test of A = 1 at 5% (Birge-scaled weighted "
+          "fit); inconclusive if the 95% interval is wider than ±0.25",
+          "the quantile converges at the Berry–Esseen rate e^{3κ/2}/√L, slower than the variance; the per-L "
+          "intervals are treated as independent though the prompts are nested",
           "fixed_query_bound", "fixed_query_bound/quantiles.parquet", r.fixed_query_quantile),
     Claim("R4", "R4", "paper", "Finite-L training follows the infinite-prompt flow within O(1/L) ({suffix})",
           "the exponent p of sup_t‖θ_L − θ_∞‖, raw (shallow side) and floor-corrected (steep side)",
@@ -133,8 +135,8 @@ CLAIMS = [
           "is valid (weighted least squares, Birge-scaled)", "1 (docs/theory.md#softmax-finite-prompt-optimum)",
           "two-sided Student t-test of A = 1 at 5% (L values − 2 degrees of freedom); inconclusive if the 95% interval "
           "is wider than ±0.25",
-          "the expansion's remainder is o(1/L), modelled as B/L; the trained weights may not have reached the valley's "
-          "best scale", "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
+          "the expansion's remainder is o(1/L), modelled as B/L: a remainder decaying more slowly (B/√L) moves the fitted "
+          "A towards 1; trained weights short of the valley's best scale would raise the excess, not lower it", "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
     Claim("R6.beyond_linear", "R6", "derived", "Linear attention ends on its measure's R(Γ*) at every L ≥ 20 ({suffix})",
           "mean final test loss / R(Γ*), worst L", "1 + SGD's stationary excess / R(Γ*)", "as R6.linear",
           "as R6.linear", "beyond_gaussian",

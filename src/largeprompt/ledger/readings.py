@@ -120,20 +120,35 @@ DELTA_METHOD_REGIME = 100.0  # the δ-method quantile is read where L ≥ 100·e
 
 
 def fixed_query_quantile(read, claim):
-    """The δ-method quantile of ‖N(0, C)‖/√L against the empirical one at the largest L, where Berry–Esseen's
-    e^{3κ/2}/√L is below 1/10, at the largest δ (the best-resolved quantile), one row per κ."""
+    """The δ-method quantile of ‖N(0, C)‖/√L against the empirical one at the largest δ (the best-resolved
+    quantile), one row per κ: their ratio over the L ≥ 100·e^{3κ} (where Berry–Esseen's e^{3κ/2}/√L is below 1/10)
+    is fitted as A + B/√L, the Edgeworth correction, and A = 1 is tested (:func:`intercept_test`)."""
     q = read(claim.table)
     if q is None or q.empty:
         return []
-    top = q[(q["prompt_length"] == q["prompt_length"].max()) & (q["delta"] == q["delta"].max())]
+    cells = q[q["delta"] == q["delta"].max()]
     out = []
-    for r in top.sort_values("kappa").itertuples():
-        if r.prompt_length < DELTA_METHOD_REGIME * math.exp(3 * r.kappa):
+    for kappa, cell in cells.groupby("kappa", sort=True):
+        cell = cell[cell["prompt_length"] >= DELTA_METHOD_REGIME * math.exp(3 * kappa)].sort_values("prompt_length")
+        if len(cell) < 3:
             continue
-        se = se_of(r.quantile_ci_low, r.quantile_ci_high) / r.delta_method_quantile
-        out.append((f"kappa={r.kappa:g}", h.two_sided(r.empirical_quantile / r.delta_method_quantile, se, 1.0,
-                                                      COEFFICIENT_RESOLUTION)))
+        ratio = (cell["empirical_quantile"] / cell["delta_method_quantile"]).to_numpy()
+        se = np.array([se_of(lo, hi) for lo, hi in zip(cell["quantile_ci_low"], cell["quantile_ci_high"])])
+        se = se / cell["delta_method_quantile"].to_numpy()
+        out.append((f"kappa={kappa:g}", intercept_test(cell["prompt_length"].to_numpy(np.float64) ** -0.5, ratio, se)))
     return out
+
+
+def intercept_test(correction, ratio, se, resolution=COEFFICIENT_RESOLUTION) -> h.Outcome:
+    """H0: A = 1 in ratio ≈ A + B·correction, by least squares weighted by 1/se² (se from a few runs or an
+    order-statistic interval each): the standard error is scaled by the Birge ratio max(1, √(χ²/ν)) and the test is
+    Student's t with ν = points − 2, so that a misfit of the model widens the interval instead of rejecting."""
+    design = np.stack([np.ones_like(correction), correction], axis=-1) / se[:, None]
+    coef, *_ = np.linalg.lstsq(design, ratio / se, rcond=None)
+    dof = len(ratio) - 2
+    birge = max(1.0, math.sqrt(float(np.sum((ratio / se - design @ coef) ** 2)) / dof))
+    coef_se = birge * math.sqrt(np.linalg.inv(design.T @ design)[0, 0])
+    return h.two_sided(coef[0], coef_se, 1.0, resolution, dof=dof)
 
 
 # --- R4: the transfer exponent, bracketed ------------------------------------------------------------------------------
@@ -228,10 +243,8 @@ def _linear_test(r: dict) -> h.Outcome:
 
 def softmax_leading_order(read, claim):
     """R6: softmax's L·(final test loss − σ²-side reference) over its leading-order constant, r(L) = A + B/L fitted
-    by weighted least squares over the L where the leading-order theory is valid; H0: A = 1. The weights come from
-    each L's t-interval over a few runs, so the fit's standard error is scaled by the Birge ratio max(1, √(χ²/ν)) and
-    the test is Student's t with ν = (number of L) − 2 degrees of freedom: a misfit of the A + B/L model widens the
-    interval instead of producing a rejection."""
+    over the L where the leading-order theory is valid (:func:`intercept_test`: weights from each L's t-interval over a
+    few runs); H0: A = 1."""
     table = read(claim.table)
     if table is None or "scaled_excess_over_theory_mean" not in table:
         return []
@@ -240,17 +253,11 @@ def softmax_leading_order(read, claim):
     if len(soft) < 3:
         return []
     lengths = soft["prompt_length"].to_numpy(np.float64)
-    ratio = soft["scaled_excess_over_theory_mean"].to_numpy()
     se = np.array([se_of(lo, hi) for lo, hi in zip(soft["scaled_excess_over_theory_lo"], soft["scaled_excess_over_theory_hi"])])
     if not np.all(np.isfinite(se) & (se > 0)):
         return []
-    design = np.stack([np.ones_like(lengths), 1.0 / lengths], axis=-1) / se[:, None]
-    coef, *_ = np.linalg.lstsq(design, ratio / se, rcond=None)
-    dof = len(lengths) - 2
-    birge = max(1.0, math.sqrt(float(np.sum((ratio / se - design @ coef) ** 2)) / dof))
-    coef_se = birge * math.sqrt(np.linalg.inv(design.T @ design)[0, 0])
-    suffix = f"L={int(lengths[0])}..{int(lengths[-1])}"
-    return [(suffix, h.two_sided(coef[0], coef_se, 1.0, COEFFICIENT_RESOLUTION, dof=dof))]
+    test = intercept_test(1.0 / lengths, soft["scaled_excess_over_theory_mean"].to_numpy(), se)
+    return [(f"L={int(lengths[0])}..{int(lengths[-1])}", test)]
 
 
 # --- findings: facts of the run, not theorems ------------------------------------------------------------------------
