@@ -41,6 +41,10 @@ def plot_rate_exponent(inputs, outputs, params=None, rule="plot_rate_exponent"):
         label = (r"predicted rate $L^{-p(c)}$: exponent $p(c)=\min(1,(\sqrt{1+4/c}-1)/2)$" if measure == "gaussian"
                  else r"predicted rate $L^{-1}$: exponent 1 (bounded tokens)")
         ax.plot(curve["c"], curve["exponent"], label=label, **REFERENCE_STYLE)
+        model = cells[(cells["metric"] == "output") & (cells["statistic"] == "mean")].sort_values("c")
+        if "predicted_finite_range" in model and model["predicted_finite_range"].notna().any():
+            ax.plot(model["c"], model["predicted_finite_range"], linestyle="none", marker="x", ms=7, mew=1.6, color="black",
+                    label="large-tilt model's exponent over the same $L$ (semi-analytic simulation)", zorder=5)
         for metric, ls in (("output", (0, (4, 2))), ("grad_U", (0, (1.5, 1.5)))):
             fit = fits[(fits["metric"] == metric) & (fits["token_measure"] == measure)] if len(fits) else fits
             if fit.empty:
