@@ -13,7 +13,15 @@ from largeprompt.io.parquet_io import write_parquet
 from largeprompt.ledger import claims as ledger
 from largeprompt.ledger import compare
 from largeprompt.ledger import hypotheses as h
+from largeprompt.ledger import readings
 from largeprompt.ledger import verdicts as v
+
+
+@pytest.fixture(autouse=True)
+def fewer_r4_resamples(monkeypatch):
+    """R4's seed bootstrap at 100 resamples instead of 400: these tests check what the ledger does with its tables,
+    not the bootstrap's precision (its size is measured in tests/test_calibration.py)."""
+    monkeypatch.setattr(readings, "R4_BOOTSTRAP", 100)
 
 
 def test_two_sided_test_and_its_resolution():

@@ -117,7 +117,8 @@ def _run_stages(tmp_path):
     make_affine_limit_queries({}, {"queries": tmp_path / "q.parquet"},
                               {"affine_limit": {"ray": {"direction": [1.0, 0.5], "t_max": 1.0, "n_points": 3}}})
     simulate_affine_limit(
-        {"queries": tmp_path / "q.parquet"}, {"outputs": tmp_path / "a.parquet", "bands": tmp_path / "b.parquet"},
+        {"queries": tmp_path / "q.parquet"},
+        {"outputs": tmp_path / "a.parquet", "bands": tmp_path / "b.parquet", "leading_coefficients": tmp_path / "c.parquet"},
         {"seed": 1, "dtype": "float64", "affine_limit": dict(
             token_measures=["gaussian", "rademacher", "uniform"], gaussian_mean=[0.1, 0.0], gaussian_rho=0.5,
             attention_scale=1.0, prompt_lengths=[10, 100], n_prompts=3, chunk_size=32)},
