@@ -207,9 +207,10 @@ def summarize(root):
     inputs = {"trajectories": [trajectories(root, "train", L) for L in TRAIN["prompt_lengths"]],
               "flows": [root / f"flow{s}.parquet" for s in TRAIN["seeds"]], "bayes_risk": root / "bayes.parquet"}
     outputs = {"runs": root / "summary.parquet", "prompt_lengths": root / "prompt_length_summary.parquet"}
-    params = {"icl": ICL_TASK, "train": {k: TRAIN[k] for k in ("trapped_loss_ratio", "trapped_readout_fraction",
-                                                                 "convergence_window", "mode_gap_factor",
-                                                                 "unconverged_change")}}
+    params = {"seed": 3, "icl": ICL_TASK, "train": {k: TRAIN[k] for k in ("batch_size", "trapped_loss_ratio",
+                                                                            "trapped_readout_fraction",
+                                                                            "convergence_window", "mode_gap_factor",
+                                                                            "unconverged_change")}}
     summarize_training(inputs, outputs, params)
     return read_parquet(outputs["runs"]), read_parquet(outputs["prompt_lengths"])
 

@@ -340,7 +340,8 @@ def test_status_follows_the_outcome_on_two_covariances_and_two_horizons(tmp_path
         summarize_training(
             {"trajectories": [folder / "L.parquet"], "flows": flows, "bayes_risk": tmp_path / "b.parquet"},
             {"runs": folder / "runs.parquet", "prompt_lengths": folder / "table.parquet"},
-            {"icl": icl, "train": dict(rule, convergence_window=0.2, mode_gap_factor=2.0, unconverged_change=0.05)})
+            {"seed": 3, "icl": icl, "train": dict(rule, batch_size=128, convergence_window=0.2, mode_gap_factor=2.0,
+                                                  unconverged_change=0.05)})
         runs = read_parquet(folder / "runs.parquet")
         covered = (runs["flow_class"] == "converges") & (runs["flow_escape_time"] <= horizon / 2)
         assert covered.any() and (runs.loc[covered, "status"] == "ok").all(), runs[["model", "seed", "status"]]

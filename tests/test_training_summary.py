@@ -252,12 +252,12 @@ def test_summarize_training_judges_outcomes_and_records_the_flow_class(tmp_path)
                           "optimal_linear_attention_test_risk": [0.29, 0.29]})
     write_parquet(bayes, tmp_path / "bayes.parquet", prov)
     icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
-    train = {"trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,
+    train = {"batch_size": 16, "trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,
              "convergence_window": 0.2, "mode_gap_factor": 2.0, "unconverged_change": 0.05}
     summarize_training({"trajectories": paths, "flows": [tmp_path / "flow0.parquet", tmp_path / "flow1.parquet"],
                            "bayes_risk": tmp_path / "bayes.parquet"},
                           {"runs": tmp_path / "runs.parquet", "prompt_lengths": tmp_path / "table.parquet"},
-                          {"icl": icl, "train": train})
+                          {"seed": 1, "icl": icl, "train": train})
     runs_, table = read_parquet(tmp_path / "runs.parquet"), read_parquet(tmp_path / "table.parquet")
     assert len(runs_) == 8 and len(table) == 4
     status = runs_.set_index(["model", "prompt_length", "seed"])["status"]

@@ -61,6 +61,8 @@ def run_excesses(runs, trajectories, task, batch_size: int, seed: int, model: st
     """One row per ok shared-stream run of ``model`` in ``runs``: the predicted stationary excess η·tr Σ₁/(4B) at its
     final weights and step, and its Monte Carlo standard error (prompts from stream (seed, "sgd_excess", L, run seed))."""
     rows = []
+    if "theta" not in trajectories:  # a table without weights (written by hand, or before theta was logged)
+        return pd.DataFrame(rows, columns=["model", "prompt_length", "seed", "stream", "sgd_excess", "sgd_excess_se"])
     chosen = runs[(runs["model"] == model) & (runs["stream"] == 0) & (runs["status"] == "ok")]
     for r in chosen.itertuples():
         own = trajectories[(trajectories["model"] == model) & (trajectories["prompt_length"] == r.prompt_length)
