@@ -11,9 +11,8 @@ from scipy import stats
 from largeprompt import cli, reading
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.ledger import claims as ledger
-from largeprompt.ledger import compare
+from largeprompt.ledger import compare, readings
 from largeprompt.ledger import hypotheses as h
-from largeprompt.ledger import readings
 from largeprompt.ledger import verdicts as v
 
 

@@ -136,7 +136,8 @@ CLAIMS = [
           "two-sided Student t-test of A = 1 at 5% (L values − 2 degrees of freedom); inconclusive if the 95% interval "
           "is wider than ±0.25",
           "the expansion's remainder is o(1/L), modelled as B/L: a remainder decaying more slowly (B/√L) moves the fitted "
-          "A towards 1; trained weights short of the valley's best scale would raise the excess, not lower it", "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
+          "A towards 1; trained weights short of the valley's best scale would raise the excess, not lower it",
+          "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
     Claim("R6.beyond_linear", "R6", "derived", "Linear attention ends on its measure's R(Γ*) at every L ≥ 20 ({suffix})",
           "mean final test loss / R(Γ*), worst L", "1 + SGD's stationary excess / R(Γ*)", "as R6.linear",
           "as R6.linear", "beyond_gaussian",

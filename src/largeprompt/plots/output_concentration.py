@@ -15,7 +15,8 @@ def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_co
     for row, measure in zip(axes, measures):
         draw_concentration_row(row, tables, "output", measure)
         row[0].set_title(f"{measure} tokens: " + row[0].get_title(), fontsize=9)
-    suptitle(fig, r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate $L^{-\min(1,(\sqrt{1+4/c}-1)/2)}$ (up to logs), median rate $L^{-1}$",
+    suptitle(fig, r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate "
+             r"$L^{-\min(1,(\sqrt{1+4/c}-1)/2)}$ (up to logs), median rate $L^{-1}$",
              (params or {}).get("run"), fontsize=11)
     layout(fig)
     save_figure(fig, outputs["pdf"], outputs["png"])
