@@ -64,9 +64,10 @@ def run_excesses(runs, trajectories, task, batch_size: int, seed: int, model: st
     if "theta" not in trajectories:  # a table without weights (written by hand, or before theta was logged)
         return pd.DataFrame(rows, columns=["model", "prompt_length", "seed", "stream", "sgd_excess", "sgd_excess_se"])
     chosen = runs[(runs["model"] == model) & (runs["stream"] == 0) & (runs["status"] == "ok")]
+    shared = trajectories[(trajectories["model"] == model) & (trajectories["stream"] == 0)]
+    by_run = dict(list(shared.groupby(["prompt_length", "seed"])))  # one pass over the table, not one per run
     for r in chosen.itertuples():
-        own = trajectories[(trajectories["model"] == model) & (trajectories["prompt_length"] == r.prompt_length)
-                           & (trajectories["seed"] == r.seed) & (trajectories["stream"] == 0)]
+        own = by_run[(r.prompt_length, r.seed)]
         params, step = final_weights_and_step(own, task.token_dim)
         gen = stream_generator(seed, "sgd_excess", int(r.prompt_length), int(r.seed))
         trace, se = gradient_noise_trace(params, task, int(r.prompt_length), model, n_prompts, gen)

@@ -45,7 +45,7 @@ def verdict_of(p_value: float, alpha: float = ALPHA) -> str:
     return DISAGREES if p_value < alpha else AGREES
 
 
-def _resolved(verdict: str, half_width: float, resolution: float | None) -> str:
+def resolved(verdict: str, half_width: float, resolution: float | None) -> str:
     """An interval wider than ``resolution`` (half-width) cannot reject an error that large: inconclusive."""
     if resolution is not None and verdict == AGREES and not half_width <= resolution:
         return INCONCLUSIVE
@@ -60,7 +60,7 @@ def two_sided(estimate, se, predicted, resolution: float | None = None, dof: flo
     law = stats.norm if dof is None else stats.t(dof)
     p = float(2 * law.sf(abs(estimate - predicted) / se))
     q = float(law.ppf(1 - ALPHA / 2))
-    verdict = _resolved(verdict_of(p), q * se, resolution)
+    verdict = resolved(verdict_of(p), q * se, resolution)
     return Outcome(float(estimate), estimate - q * se, estimate + q * se, float(predicted), p, verdict)
 
 
@@ -69,7 +69,7 @@ def at_least(estimate, se, bound, resolution: float | None = None) -> Outcome:
     if not _finite(estimate, se, bound) or se <= 0:
         return Outcome(_f(estimate), math.nan, math.nan, _f(bound), math.nan, INCONCLUSIVE)
     p = float(stats.norm.cdf((estimate - bound) / se))
-    verdict = _resolved(verdict_of(p), Z * se, resolution)
+    verdict = resolved(verdict_of(p), Z * se, resolution)
     return Outcome(float(estimate), estimate - Z * se, estimate + Z * se, float(bound), p, verdict)
 
 
@@ -92,7 +92,7 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     p_high = stats.norm.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
     p = float(min(1.0, 2 * min(p_low, p_high)))
     lo, hi = lo_est - Z * lo_se, hi_est + Z * hi_se
-    verdict = _resolved(verdict_of(p), (hi - lo) / 2, resolution)
+    verdict = resolved(verdict_of(p), (hi - lo) / 2, resolution)
     return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
 
 
@@ -111,7 +111,7 @@ def shifted_by_one_draw(observed, se, dof, mean_excess, predicted_base, resoluti
     p = float(min(1.0, 2 * min(upper, 1.0 - upper)))
     q = float(stats.t(dof).ppf(1 - ALPHA / 2))
     half = q * se + mean_excess * math.log(2 / ALPHA)  # the seeds' 97.5% and E's 97.5% quantile, side by side
-    verdict = _resolved(verdict_of(p), half / 2, resolution)
+    verdict = resolved(verdict_of(p), half / 2, resolution)
     return Outcome(float(observed), observed - q * se - mean_excess, observed + half, predicted_base + mean_excess, p,
                    verdict)
 

@@ -38,9 +38,7 @@ def ratio_outcome(estimate, se, predicted, resolution=COEFFICIENT_RESOLUTION, lo
     log_test = h.two_sided(math.log(estimate / predicted), log_se, 0.0)
     ratio = estimate / predicted
     lo, hi = math.exp(log_test.lo), math.exp(log_test.hi)
-    verdict = log_test.verdict if not (resolution and log_test.verdict == v.AGREES and (hi - lo) / 2 > resolution) \
-        else v.INCONCLUSIVE
-    return h.Outcome(ratio, lo, hi, 1.0, log_test.p_value, verdict)
+    return h.Outcome(ratio, lo, hi, 1.0, log_test.p_value, h.resolved(log_test.verdict, (hi - lo) / 2, resolution))
 
 
 # --- R1, R2, R3: leading coefficients --------------------------------------------------------------------------------
@@ -67,6 +65,12 @@ def sweep_coefficients(metric: str):
     return read_rows
 
 
+def _gaussian_mean_output_above_half(table):
+    """The exponents rows the large-tilt claims read: Gaussian tokens, output metric, statistic mean, c > 1/2."""
+    return table[(table["metric"] == "output") & (table["statistic"] == "mean") & (table["token_measure"] == "gaussian")
+                 & (table["c"] > 0.5)].sort_values("c")
+
+
 def bound_exponent(read, claim):
     """R2 (paper Prop. 3.1, a one-sided bound): the mean's fitted exponent at each Gaussian c > 1/2 is at least
     that of c₁ ln L / L^{c₂/σ²} with c₂ = 1/2 over the same L range, 1/(2c) − 1/ln L̄ (L̄ the fit's geometric middle).
@@ -75,10 +79,8 @@ def bound_exponent(read, claim):
     table = read(claim.table)
     if table is None:
         return []
-    rows = table[(table["metric"] == "output") & (table["statistic"] == "mean") & (table["token_measure"] == "gaussian")
-                 & (table["c"] > 0.5)].sort_values("c")
     out = []
-    for r in rows.itertuples():
+    for r in _gaussian_mean_output_above_half(table).itertuples():
         middle = math.sqrt(r.fit_min_prompt_length * r.fit_max_prompt_length)
         bound = 1.0 / (2.0 * r.c) - 1.0 / math.log(middle)
         out.append((f"gaussian/c={r.c:g}", h.at_least(r.estimate, se_of(r.ci_low, r.ci_high), bound)))
@@ -91,10 +93,8 @@ def large_tilt_exponent(read, claim):
     table = read(claim.table)
     if table is None or "predicted_finite_range" not in table:
         return []
-    rows = table[(table["metric"] == "output") & (table["statistic"] == "mean") & (table["token_measure"] == "gaussian")
-                 & (table["c"] > 0.5)].sort_values("c")
     out = []
-    for r in rows.itertuples():
+    for r in _gaussian_mean_output_above_half(table).itertuples():
         se = math.hypot(se_of(r.ci_low, r.ci_high), getattr(r, "predicted_finite_range_se", 0.0) or 0.0)
         out.append((f"gaussian/c={r.c:g}", h.two_sided(r.estimate, se, r.predicted_finite_range, EXPONENT_RESOLUTION)))
     return out
