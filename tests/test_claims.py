@@ -253,3 +253,13 @@ def test_a_table_without_the_column_a_claim_reads_is_not_run():
     tables = _tables(0.95, 0.0) | {"beyond_gaussian/gaps.parquet": pd.DataFrame({"token_measure": ["uniform"]})}
     rows = _by_id(ledger.evaluate(tables.get))
     assert rows.loc["R4.beyond", "verdict"] == v.NOT_RUN and "no column" in rows.loc["R4.beyond", "why"]
+
+
+def test_snakemake_reads_the_ledgers_tables_without_importing_it():
+    """claim_table_names (the Snakefile's view, from the syntax tree) names exactly the tables of CLAIMS."""
+    from pathlib import Path
+
+    from largeprompt.io.pipeline import claim_table_names
+    from largeprompt.ledger import claims
+
+    assert claim_table_names(Path(claims.__file__)) == sorted({c.table for c in claims.CLAIMS})

@@ -268,7 +268,7 @@ def test_reduced_sgd_tracks_the_flow_better_at_larger_L():
     task = RegressionTask(np.eye(d), 1.0, 0.25)
     gaps = {}
     for L in (20, 200):
-        steps, v, A = reduced_model_sgd(task, 2.0, 0.1 * np.eye(d), L, 0.02, 25, 512, 1, 0, log_every=5)
+        steps, v, A, *_ = reduced_model_sgd(task, 2.0, 0.1 * np.eye(d), L, 0.02, 25, 512, 1, 0, log_every=5)
         v_inf, a_inf = isotropic_flow(2.0, 0.1, d, 0.02 * steps)
         gaps[L] = np.sqrt((v - v_inf) ** 2 + ((A - a_inf[:, None, None] * np.eye(d)) ** 2).sum(axis=(1, 2))).max()
     assert gaps[200] < 0.4 * gaps[20], gaps

@@ -125,3 +125,21 @@ def test_a_plumbing_edit_changes_no_number(edited_copy):
         runlog.write_text(original)
     for target, frame in zip(targets, before):
         pd.testing.assert_frame_equal(pd.read_parquet(target), frame, check_exact=True, obj=target.name)
+
+
+def test_the_parse_cache_follows_the_text(tmp_path, monkeypatch):
+    """A module parsed once is read back from the on-disk cache with the same units; an edit of its text is parsed
+    afresh (the cache is keyed by content, never by time)."""
+    from largeprompt.io import fingerprints as fp
+
+    monkeypatch.setattr(fp, "CACHE_DIR", tmp_path / "cache")
+    script = tmp_path / "probe.py"
+    script.write_text("def f():\n    return 1\n")
+    first = fp.parse_module.__wrapped__("workflow.scripts.probe", script)
+    assert len(list((tmp_path / "cache").glob("*.pickle"))) == 1
+    again = fp.parse_module.__wrapped__("workflow.scripts.probe", script)
+    assert again.units == first.units
+    script.write_text("def f():\n    return 2\n")
+    edited = fp.parse_module.__wrapped__("workflow.scripts.probe", script)
+    assert edited.units["f"] != first.units["f"]
+    assert len(list((tmp_path / "cache").glob("*.pickle"))) == 2

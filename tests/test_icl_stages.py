@@ -245,14 +245,20 @@ def test_trajectory_gap_tables(root):
               "reduced": root / "reduced.parquet"}
     outputs = {"gaps": root / "gaps.parquet", "slopes": root / "slopes.parquet"}
     params = {"seed": SEED, "icl": ICL_TASK, "infinite": {k: INFINITE[k] for k in ("rtol", "atol")},
-              "transfer": {"floor_factor": TRANSFER["floor_factor"], "lr": TRANSFER["lr"]}}
+              "transfer": {"floor_factor": TRANSFER["floor_factor"], "lr": TRANSFER["lr"],
+                           "batch_size": TRANSFER["batch_size"]}}
     trajectory_gap.trajectory_gap(inputs, outputs, params)
     gaps, slopes = read_parquet(outputs["gaps"]), read_parquet(outputs["slopes"])
     full = gaps[gaps["experiment"] == "full_model"]
     assert len(full) == len(TRANSFER["models"]) * len(TRANSFER["prompt_lengths"])  # one row per shared-stream run
     assert (full["sup_distance"] > 0).all() and (full["noise_floor"] > 0).all()
     reduced = gaps[gaps["experiment"] == "reduced_model"]
-    assert len(reduced) == len(REDUCED["prompt_lengths"]) * len(REDUCED["seeds"]) and reduced["noise_floor"].isna().all()
+    assert len(reduced) == len(REDUCED["prompt_lengths"]) * len(REDUCED["seeds"])
+    assert (reduced["noise_floor"] > 0).all() and reduced["euler_floor"].isna().all()  # its seeds are its streams
+    for part in (full, reduced):  # the coupled design (docs/theory.md#coupled-limit): a distance and its noise floor
+        assert (part["coupled_distance"] > 0).all() and (part["coupled_noise_floor"] > 0).all()
+        np.testing.assert_array_equal(part["coupled_corrected_distance"],
+                                      part["coupled_distance"] - part["coupled_noise_floor"])
     # the floor is sup_t ‖θ(t) − θ'(t)‖ between the two batch streams, recomputed from the trajectories
     traj = read_parquet(trajectories(root, "transfer", 30))
     a, b = (theta(traj[(traj["model"] == "linear") & (traj["stream"] == j)].sort_values("step")) for j in (0, 1))

@@ -5,7 +5,7 @@ import os
 
 import largeprompt
 from largeprompt.io.config import ConfigError, check_config, migrate_deprecated
-from largeprompt.io.pipeline import code_params, output_cache_dir, settings
+from largeprompt.io.pipeline import claim_table_names, code_params, output_cache_dir, settings
 from largeprompt.icl.schedules import (
     init_dependence_minutes,
     training_job_minutes,
@@ -245,9 +245,8 @@ FIGURES = [
 
 def claim_tables():
     """The summary tables the claims ledger reads (largeprompt.ledger.claims.CLAIMS), in this run."""
-    from largeprompt.ledger.claims import CLAIMS
-
-    return sorted({results(c.table) for c in CLAIMS})
+    source = os.path.join(workflow.basedir, "src", "largeprompt", "ledger", "claims.py")
+    return [results(t) for t in claim_table_names(source)]
 
 
 def result_files(rules):

@@ -200,26 +200,31 @@ def reduced_attention(v: torch.Tensor, A: torch.Tensor):
 def reduced_model_sgd(task: RegressionTask, v0: float, A0, prompt_length: int, lr: float, steps: int,
                       batch_size: int, base_seed: int, run_seed: int, log_every: int = 1, dtype=torch.float64):
     """Plain SGD of the reduced softmax model ŷ = v Σᵢ softmax(x_qᵀAxᵢ) yᵢ at prompt length L
-    (docs/theory.md#trajectory-transfer, docs/experiments.md#trajectory_transfer).
+    (docs/theory.md#trajectory-transfer, docs/experiments.md#trajectory_transfer), and beside it its coupled L = ∞
+    counterpart: the same SGD on the L = ∞ readout over the same tasks, queries and targets (docs/theory.md#coupled-limit).
 
-    Batch s comes from stream (base_seed, "reduced/batch", run_seed, L, s). Returns steps [T], v [T], A [T, d, d].
+    Batch s comes from stream (base_seed, "reduced/batch", run_seed, L, s). Returns steps [T], v [T], A [T, d, d] and the
+    coupled run's v [T], A [T, d, d].
     """
-    v = torch.tensor(float(v0), dtype=dtype, requires_grad=True)
-    A = torch.tensor(np.asarray(A0, dtype=np.float64), dtype=dtype, requires_grad=True)  # [d, d]
-    logged_steps, vs, As = [], [], []
+    runs = [(torch.tensor(float(v0), dtype=dtype, requires_grad=True),
+             torch.tensor(np.asarray(A0, dtype=np.float64), dtype=dtype, requires_grad=True)) for _ in range(2)]
+    logged_steps, logged = [], []
     for step in range(steps + 1):
         if step % log_every == 0 or step == steps:
             logged_steps.append(step)
-            vs.append(float(v.detach()))
-            As.append(A.detach().to(torch.float64).numpy().copy())
+            logged.append([(float(v.detach()), A.detach().to(torch.float64).numpy().copy()) for v, A in runs])
         if step == steps:
             break
         gen = stream_generator(base_seed, "reduced/batch", run_seed, prompt_length, step)
-        query, prompt, target = task.sample(batch_size, prompt_length, gen, dtype=dtype)
-        U, u = reduced_attention(v, A)
-        loss = models.mse(models.readout(query, prompt, U, u, "softmax"), target)
-        gv, gA = torch.autograd.grad(loss, [v, A])
+        query, prompt, target, beta = task.sample_with_tasks(batch_size, prompt_length, gen, dtype=dtype)
+        (v, A), (vc, Ac) = runs
+        loss = models.mse(models.readout(query, prompt, *reduced_attention(v, A), "softmax"), target)
+        loss = loss + models.mse(models.limit_readout(query, beta, *reduced_attention(vc, Ac), task, "softmax"), target)
+        grads = torch.autograd.grad(loss, [v, A, vc, Ac])
         with torch.no_grad():
-            v -= lr * gv
-            A -= lr * gA
-    return np.array(logged_steps), np.array(vs), np.stack(As)
+            for w, g in zip((v, A, vc, Ac), grads):
+                w -= lr * g
+    out = [np.array(logged_steps)]
+    for r in range(2):
+        out += [np.array([row[r][0] for row in logged]), np.stack([row[r][1] for row in logged])]
+    return tuple(out)

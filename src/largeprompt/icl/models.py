@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from largeprompt.maths.measures import make_measure
+
 MODELS = ("softmax", "linear")
 PARAMETER_NAMES = ("Q", "K", "V", "O")
 
@@ -80,6 +82,24 @@ def readout(query: torch.Tensor, prompt: torch.Tensor, U: torch.Tensor, u: torch
         raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
     a = query @ U.T  # [B, D]  a = U z_q
     return _TiltedReadout.apply(a, u, prompt, model == "softmax")
+
+
+def limit_readout(query: torch.Tensor, beta: torch.Tensor, U: torch.Tensor, u: torch.Tensor, task, model: str) -> torch.Tensor:
+    """The L = ∞ output on the task β (docs/theory.md#coupled-limit): softmax uᵀ∇K_β(U z_q), linear uᵀΣ_β U z_q, with
+    K_β the CGF of a prompt token z = (x, βᵀx + σε) and Σ_β = ∇²K_β(0) its covariance. query [B, D], beta [B, d] → [B].
+
+    With a = U z_q and t = a_x + a_y β: ∇K_β(a) = (m, βᵀm + a_y σ²), m = ∇K_x(t), which is Λt for Gaussian covariates
+    (so softmax and linear agree) and κ'(t) coordinatewise for the bounded measures."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
+    a = query @ U.T  # [B, D]
+    t = a[:, :-1] + a[:, -1:] * beta  # [B, d]
+    if model == "linear" or task.token_measure == "gaussian":
+        m = t @ task.covariance.to(dtype=t.dtype, device=t.device)  # Λt (Λ symmetric); Λ = I for the bounded measures
+    else:
+        m = make_measure(task.token_measure, task.dim, dtype=t.dtype).cgf_grad(t)
+    y_part = (beta * m).sum(-1) + a[:, -1] * task.noise_variance  # [B]
+    return m @ u[:-1] + u[-1] * y_part
 
 
 def predict(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: torch.Tensor, model: str) -> torch.Tensor:

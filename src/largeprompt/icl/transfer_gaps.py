@@ -17,12 +17,18 @@ of it do not fall with L:
 intercept per seed, over the points whose gap exceeds ``floor_factor`` × their floor. The floors add to the gap
 rather than vanish above the cut, so ``corrected_distance`` = sup_distance − noise_floor − euler_floor (a lower
 bound of the part that falls with L, docs/theory.md#floor-corrected-gap) is fitted too: ``corrected_slope``.
+
+The verdict reads the coupled design instead (docs/theory.md#coupled-limit, :mod:`largeprompt.icl.coupled_limit`):
+``coupled_distance`` = sup_t ‖θ_L(t) − θ^c_∞(t)‖ against SGD on the L = ∞ readout over the same batches, whose only
+floor, ``coupled_noise_floor`` (sup_t ‖Δ − Δ'‖/√2 of the two streams' differences Δ of a replicate seed), falls like
+L^{−1/2}; ``coupled_corrected_distance`` = coupled_distance − coupled_noise_floor.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from largeprompt.icl.coupled_limit import coupled_differences, coupled_runs
 from largeprompt.icl.dynamics import full_model_flow, full_model_gradient_descent
 from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.maths.rates import loglog_slope_by_group
@@ -48,8 +54,10 @@ def flow_and_euler_floor(task, base_seed: int, seed: int, shared: pd.DataFrame, 
     return flow, float(np.linalg.norm(descent - flow, axis=1).max())
 
 
-def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: float, risks: dict | None = None) -> pd.DataFrame:
-    """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floors.
+def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: float, risks: dict | None = None,
+                    batch_size: int | None = None) -> pd.DataFrame:
+    """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floors; with
+    ``batch_size`` (the runs' batch) also the coupled columns (module doc).
     ``risks``: model → its R∞ (default: the Gaussian closed form for both)."""
     rows, flows = [], {}
     for (model, L, seed), g in runs.groupby(KEYS):
@@ -74,25 +82,85 @@ def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: flo
     gaps["noise_floor"] = gaps["own_noise_floor"].fillna(shared_floor)
     gaps["floor"] = gaps[["noise_floor", "euler_floor"]].max(axis=1, skipna=False)
     gaps["corrected_distance"] = gaps["sup_distance"] - gaps["noise_floor"] - gaps["euler_floor"]
+    if batch_size is None:
+        return gaps
+    coupled = pd.concat([coupled_gaps(g, task, base_seed, lr, batch_size, int(L)) for L, g in runs.groupby("prompt_length")],
+                        ignore_index=True)
+    return with_coupled_floor(gaps.merge(coupled, on=KEYS, how="left"))
+
+
+def coupled_gaps(runs: pd.DataFrame, task, base_seed: int, lr: float, batch_size: int, L: int) -> pd.DataFrame:
+    """One row per (model, seed) of the runs at L: ``coupled_distance`` of the shared-stream run and, for a seed with a
+    replicate stream, ``own_coupled_noise`` = sup_t ‖Δ₀ − Δ₁‖/√2 (module doc)."""
+    diffs = coupled_differences(runs, coupled_runs(runs, task, base_seed, lr, batch_size, L))
+    rows = []
+    for (model, seed), g in diffs.groupby(["model", "seed"]):
+        streams = {j: np.stack(s.sort_values("step")["difference"].to_list()) for j, s in g.groupby("stream")}
+        shared = streams.get(0)
+        if shared is None:
+            continue
+        noise = [np.linalg.norm(shared - other, axis=1).max() / np.sqrt(2) for j, other in streams.items()
+                 if j > 0 and other.shape == shared.shape]
+        rows.append({"model": model, "prompt_length": L, "seed": int(seed),
+                     "coupled_distance": float(np.linalg.norm(shared, axis=1).max()),
+                     "own_coupled_noise": float(np.mean(noise)) if noise else np.nan})
+    return pd.DataFrame(rows, columns=[*KEYS, "coupled_distance", "own_coupled_noise"])
+
+
+def with_coupled_floor(gaps: pd.DataFrame, by=("experiment", "model")) -> pd.DataFrame:
+    """``coupled_noise_floor``: the run's own where it has a replicate, else the mean of the replicates at its (``by``…,
+    L); and ``coupled_corrected_distance`` = coupled_distance − coupled_noise_floor."""
+    shared = gaps.groupby([gaps[k] for k in (*by, "prompt_length")])["own_coupled_noise"].transform("mean")
+    gaps["coupled_noise_floor"] = gaps["own_coupled_noise"].fillna(shared)
+    gaps["coupled_corrected_distance"] = gaps["coupled_distance"] - gaps["coupled_noise_floor"]
     return gaps
 
 
 def with_floor_threshold(gaps: pd.DataFrame, floor_factor: float, by=("experiment", "model")) -> pd.DataFrame:
     """``gaps`` with ``floor_threshold``: floor_factor × the median floor of the ok runs at its (``by``…, L), the level
     the figures draw beside the points (the fit's cut, :func:`slopes`, is per point)."""
-    ok_floor = gaps["floor"].where(gaps["status"] == "ok")
-    median = ok_floor.groupby([gaps[k] for k in (*by, "prompt_length")]).transform("median")
-    return gaps.assign(floor_threshold=floor_factor * median)
+    groups = [gaps[k] for k in (*by, "prompt_length")]
+    median = gaps["floor"].where(gaps["status"] == "ok").groupby(groups).transform("median")
+    gaps = gaps.assign(floor_threshold=floor_factor * median)
+    if "coupled_noise_floor" in gaps:
+        coupled = gaps["coupled_noise_floor"].where(gaps["status"] == "ok").groupby(groups).transform("median")
+        gaps["coupled_floor_threshold"] = floor_factor * coupled
+    return gaps
 
 
 def reduced_gaps(reduced: pd.DataFrame) -> pd.DataFrame:
-    """The reduced model's sup-distance per (L, seed) (its whole run is the horizon); floor not measured."""
+    """The reduced model's sup-distance per (L, seed) to its flow and, where the table has ``coupled_difference``, to its
+    coupled L = ∞ run. Its seeds differ only by their batch stream (one start), so at each L the spread of their
+    trajectories about the seeds' mean, sup_t ‖θ_s − θ̄‖·√(S/(S − 1)) averaged over s, is the SGD-noise floor, and
+    the same of their coupled differences the coupled one; no Euler floor is measured (it cancels in the coupled
+    difference)."""
     reduced = reduced[reduced["prompt_length"] > 0]
-    rows = [{"experiment": "reduced_model", "model": "softmax", "prompt_length": int(L), "seed": int(s),
-             "sup_distance": float(g["distance_to_flow"].max()), "own_noise_floor": np.nan, "euler_floor": np.nan,
-             "noise_floor": np.nan, "floor": np.nan, "corrected_distance": np.nan, "status": "ok"}
-            for (L, s), g in reduced.groupby(["prompt_length", "seed"])]
-    return pd.DataFrame(rows)
+    rows = []
+    for L, at_L in reduced.groupby("prompt_length"):
+        runs = {int(s): g.sort_values("step") for s, g in at_L.groupby("seed")}
+        noise = _spread({s: np.stack(g["theta"].to_list()) for s, g in runs.items()})
+        coupled = "coupled_difference" in at_L and at_L["coupled_difference"].notna().all()
+        diffs = {s: np.stack(g["coupled_difference"].to_list()) for s, g in runs.items()} if coupled else {}
+        coupled_noise = _spread(diffs)
+        for s, g in runs.items():
+            rows.append({"experiment": "reduced_model", "model": "softmax", "prompt_length": int(L), "seed": s,
+                         "sup_distance": float(g["distance_to_flow"].max()), "own_noise_floor": noise,
+                         "euler_floor": np.nan, "noise_floor": noise, "floor": noise,
+                         "corrected_distance": float(g["distance_to_flow"].max()) - noise, "status": "ok",
+                         "coupled_distance": float(np.linalg.norm(diffs[s], axis=1).max()) if coupled else np.nan,
+                         "own_coupled_noise": coupled_noise})
+    return with_coupled_floor(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
+
+
+def _spread(trajectories: dict) -> float:
+    """The mean over runs s of sup_t ‖x_s(t) − x̄(t)‖·√(S/(S − 1)), x̄ the runs' mean (NaN for fewer than two runs):
+    one run's distance to its own expectation, for runs that differ only by their noise."""
+    if len(trajectories) < 2:
+        return np.nan
+    stack = np.stack(list(trajectories.values()))  # [S, T, P]
+    n = len(stack)
+    spread = np.linalg.norm(stack - stack.mean(axis=0), axis=-1).max(axis=1) * np.sqrt(n / (n - 1))
+    return float(spread.mean())
 
 
 def slopes(gaps: pd.DataFrame, floor_factor: float, by=("experiment", "model")) -> pd.DataFrame:

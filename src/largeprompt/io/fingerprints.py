@@ -21,6 +21,7 @@ import ast
 import functools
 import hashlib
 import os
+import pickle
 import re
 import sys
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ PLUMBING = (f"{PACKAGE}.io",)  # packages whose code cannot change a number
 PREAMBLE = "<module>"  # the key of a module's statements that are not definitions
 CODE_PREFIX = "code:"
 FOREIGN_SUFFIX = "_SOURCE"  # a constant NAME_SOURCE = "<file>" makes that file's text part of its definition
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "largeprompt" / "parsed-modules"
 
 
 def module_file(name: str) -> Path | None:
@@ -148,10 +150,40 @@ def _foreign_source(path: Path, name: str, node: ast.stmt) -> str:
 
 
 @functools.cache
+def _layout() -> str:
+    """Every module file of the package and this module's own text: what a parse may depend on beyond its file."""
+    files = sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in PACKAGE_DIR.rglob("*.py"))
+    return "\n".join([Path(__file__).read_text(), *files])
+
+
+@functools.cache
 def parse_module(name: str, path: Path | None = None) -> Module:
-    """The :class:`Module` of ``name`` (or of a script at ``path``, named ``name``)."""
+    """The :class:`Module` of ``name`` (or of a script at ``path``, named ``name``), from the on-disk cache
+    (``CACHE_DIR``) when one was parsed from the same text, foreign sources, package layout and parser: parsing
+    every module costs each Snakemake call about 2.5 s."""
     path = path or module_file(name)
-    tree = _strip_docstrings(ast.parse(path.read_text(), filename=str(path)))
+    text = path.read_text()
+    foreign = [(path.parent / f).read_text() if (path.parent / f).is_file() else ""
+               for f in re.findall(r"\w+" + FOREIGN_SUFFIX + r"\s*=\s*[\"']([^\"']+)[\"']", text)]
+    key = hashlib.sha256("\0".join([name, str(path), _layout(), text, *foreign]).encode()).hexdigest()
+    cached = CACHE_DIR / f"{key}.pickle"
+    try:
+        return pickle.loads(cached.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        pass
+    mod = _parse(name, path, text)
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(pickle.dumps(mod))
+        os.replace(partial, cached)  # atomic: a concurrent reader sees the whole entry or none
+    except OSError:
+        pass
+    return mod
+
+
+def _parse(name: str, path: Path, text: str) -> Module:
+    tree = _strip_docstrings(ast.parse(text, filename=str(path)))
     mod = Module(name, path)
     _bind_imports(mod, tree)
     local = {n for node in tree.body for n in _definition_names(node)}

@@ -153,11 +153,16 @@ def intercept_test(correction, ratio, se, resolution=COEFFICIENT_RESOLUTION) -> 
 
 # --- R4: the transfer exponent, bracketed ------------------------------------------------------------------------------
 
+FLOW_DESIGN = ("sup_distance", "floor_threshold", "corrected_distance", "floor")
+COUPLED_DESIGN = ("coupled_distance", "coupled_floor_threshold", "coupled_corrected_distance", "coupled_noise_floor")
+
+
 def transfer_bracket(key: str, keep: dict | None = None):
-    """R4: the exponent p of sup_t‖θ_L − θ_∞‖ ≈ A_seed·L^{−p}(1 + b/L), fitted on the raw gaps (floors added: the
-    shallow side) and on the floor-corrected gaps (floors subtracted: the steep side) over the points above the floor
-    cut, each with a seed bootstrap; H0: raw exponent ≤ 1 ≤ corrected exponent (docs/theory.md#floor-corrected-gap).
-    Without measured floors (the reduced model) the steep side is the fit with a constant floor f ≥ 0 beside the
+    """R4: the exponent p of the gap ≈ A_seed·L^{−p}(1 + b/L), fitted on the raw gaps (floors added: the shallow side)
+    and on the floor-corrected gaps (floors subtracted: the steep side) over the points above the floor cut, each with
+    a seed bootstrap; H0: raw exponent ≤ 1 ≤ corrected exponent (docs/theory.md#floor-corrected-gap). The gap is that
+    of the coupled design where the table has it (docs/theory.md#coupled-limit: its only floor falls with L), else the
+    distance to the flow. Without measured floors the steep side is the fit with a constant floor f ≥ 0 beside the
     power law, A_seed·L^{−p}(1 + b/L) + f over every point: it removes the largest constant the data allow."""
     def read_rows(read, claim):
         table = read(claim.table)
@@ -165,28 +170,31 @@ def transfer_bracket(key: str, keep: dict | None = None):
             return []
         for column, value in (keep or {}).items():
             table = table[table[column] == value]
+        coupled = "coupled_distance" in table and table["coupled_distance"].notna().any()
+        design = COUPLED_DESIGN if coupled else FLOW_DESIGN
         out = []
         for name, frame in table.groupby(key, sort=True):
-            frame = frame[(frame["status"] == "ok") & (frame["sup_distance"] > 0)]
-            out.append((str(name), _bracket(frame, f"r4/{claim.claim_id}/{name}")))
+            frame = frame[(frame["status"] == "ok") & (frame[design[0]] > 0)]
+            out.append((str(name), _bracket(frame, f"r4/{claim.claim_id}/{name}", design)))
         return out
     return read_rows
 
 
-def _bracket(frame, stream: str) -> h.Outcome:
+def _bracket(frame, stream: str, design=FLOW_DESIGN) -> h.Outcome:
+    distance, threshold, corrected_distance, floor = design
     rng = np.random.default_rng(stream_seed(0, stream))
-    if not frame["floor"].notna().any():
+    if not frame[floor].notna().any():
         if frame["prompt_length"].nunique() < 4:
             return h.two_sided(math.nan, math.nan, 1.0)
-        raw = exponent_with_seed_bootstrap(frame, "sup_distance", rng, R4_BOOTSTRAP)
-        fitted = exponent_with_seed_bootstrap(frame, "sup_distance", rng, R4_BOOTSTRAP, floor=True)
+        raw = exponent_with_seed_bootstrap(frame, distance, rng, R4_BOOTSTRAP)
+        fitted = exponent_with_seed_bootstrap(frame, distance, rng, R4_BOOTSTRAP, floor=True)
         return h.bracket((raw["exponent"], raw["se"]), (fitted["exponent"], fitted["se"]), 1.0, EXPONENT_RESOLUTION)
-    above = frame[frame["sup_distance"] > frame["floor_threshold"]]
-    corrected = above[above["corrected_distance"] > 0]
+    above = frame[frame[distance] > frame[threshold]]
+    corrected = above[above[corrected_distance] > 0]
     if corrected["prompt_length"].nunique() < 3:
         return h.two_sided(math.nan, math.nan, 1.0)
-    raw = exponent_with_seed_bootstrap(above, "sup_distance", rng, R4_BOOTSTRAP)
-    steep = exponent_with_seed_bootstrap(corrected, "corrected_distance", rng, R4_BOOTSTRAP)
+    raw = exponent_with_seed_bootstrap(above, distance, rng, R4_BOOTSTRAP)
+    steep = exponent_with_seed_bootstrap(corrected, corrected_distance, rng, R4_BOOTSTRAP)
     return h.bracket((raw["exponent"], raw["se"]), (steep["exponent"], steep["se"]), 1.0, EXPONENT_RESOLUTION)
 
 

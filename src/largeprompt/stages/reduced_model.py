@@ -1,5 +1,6 @@
 """Rule ``reduced_model`` (R4; docs/theory.md#trajectory-transfer): the reduced (v, A) model trained by SGD at
-several L against its infinite-prompt flow (isotropic start, closed form); the distance to the flow per (L, seed)."""
+several L against its infinite-prompt flow (isotropic start, closed form); the distance to the flow per (L, seed), and
+``coupled_difference`` (v − v^c, A − A^c) to its coupled L = ∞ run (docs/theory.md#coupled-limit)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ def _reduced_frame(task, L, seed, steps, times, v, A, v_inf, A_inf) -> pd.DataFr
     dist = np.sqrt((v - v_inf) ** 2 + ((A - A_inf) ** 2).sum(axis=(1, 2)))
     return pd.DataFrame({"prompt_length": L, "seed": seed, "step": steps, "time": times, "v": v,
                          "norm_A": np.linalg.norm(A, axis=(1, 2)), "infinite_prompt_risk": risk,
-                         "distance_to_flow": dist})
+                         "distance_to_flow": dist,
+                         "theta": list(np.concatenate([np.asarray(v)[:, None], A.reshape(len(A), -1)], axis=1))})
 
 
 def reduced_model(inputs, outputs, params, rule="reduced_model"):
@@ -61,11 +63,13 @@ def reduced_model(inputs, outputs, params, rule="reduced_model"):
     times = cfg.lr * steps
     v_inf, a_inf = isotropic_flow(cfg.v0, cfg.a0, d, times)  # closed form (Λ = I)
     A_inf = a_inf[:, None, None] * np.eye(d)  # [T, d, d]
-    frames = [_reduced_frame(task, 0, -1, steps, times, v_inf, A_inf, v_inf, A_inf)]
+    frames = [_reduced_frame(task, 0, -1, steps, times, v_inf, A_inf, v_inf, A_inf).assign(coupled_difference=None)]
     for L, s in progress([(L, s) for L in cfg.prompt_lengths for s in cfg.seeds], desc="reduced model SGD"):
-        logged, v, A = reduced_model_sgd(task, cfg.v0, cfg.a0 * np.eye(d), L, cfg.lr, cfg.steps, cfg.batch_size,
-                                         params["seed"], s, cfg.log_every)
-        frames.append(_reduced_frame(task, L, s, logged, cfg.lr * logged, v, A, v_inf, A_inf))
+        logged, v, A, v_c, A_c = reduced_model_sgd(task, cfg.v0, cfg.a0 * np.eye(d), L, cfg.lr, cfg.steps,
+                                                   cfg.batch_size, params["seed"], s, cfg.log_every)
+        frame = _reduced_frame(task, L, s, logged, cfg.lr * logged, v, A, v_inf, A_inf)
+        frame["coupled_difference"] = list(np.concatenate([(v - v_c)[:, None], (A - A_c).reshape(len(v), -1)], axis=1))
+        frames.append(frame)
         print(f"L={L} seed={s}: sup distance to the L=inf flow {frames[-1]['distance_to_flow'].max():.4f}")
     write_parquet(pd.concat(frames, ignore_index=True), outputs["result"],
                   provenance(rule, params, base_seed=params["seed"], run_seeds=cfg.seeds))

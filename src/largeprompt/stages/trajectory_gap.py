@@ -1,7 +1,8 @@
 """Rule ``trajectory_gap`` (R4; docs/experiments.md#trajectory_transfer): the sup-distance of every transfer run to the
-infinite-prompt flow from its own initial weights, the SGD-noise and Euler floors, and the slopes over L; the
+infinite-prompt flow from its own initial weights, the SGD-noise and Euler floors, the distance to its coupled L = ∞
+run (docs/theory.md#coupled-limit) with its noise floor, and the slopes over L; the
 analysis is :mod:`largeprompt.icl.transfer_gaps`. The reduced model's runs (their own stage) enter the same tables,
-with no floor measured."""
+with the floors its seeds measure."""
 from __future__ import annotations
 
 import pandas as pd
@@ -20,7 +21,8 @@ def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):
     runs = pd.concat([read_parquet(p) for p in inputs["trajectories"]], ignore_index=True)
     lr = float(params["transfer"]["lr"])
     risks = task_limits(task, icl_quadrature(params["icl"]))  # None for Gaussian covariates: one closed form
-    gaps = pd.concat([full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks),
+    batch_size = int(params["transfer"]["batch_size"])
+    gaps = pd.concat([full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks, batch_size),
                       reduced_gaps(read_parquet(inputs["reduced"]))], ignore_index=True)
     gaps["transfer_lr"] = lr
     gaps["stability_limit"] = 2.0 / gaps["transfer_lr"]  # the sharpness above which the transfer runs' SGD is unstable
