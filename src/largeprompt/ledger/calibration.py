@@ -13,7 +13,7 @@ the ledger's own code reads the data, unchanged, and the rate of ``disagrees`` o
 * ``bound`` (R2.bound): a mean error L^{−bound} or c₁·ln L·L^{−1/(2c)} (at the bound) or L^{−0.8·bound} (slower),
   with a heavy-tailed query factor; its log–log exponent with a bootstrap percentile interval as in the rate tables,
   :func:`~largeprompt.ledger.hypotheses.at_least`.
-* ``bracket`` (R4): a gaps table Δ = A_seed·L^{−p}(1 + b/L) with Euler and noise floors, read by
+* ``bracket`` (R4): a coupled-design gaps table Δ = A_seed·L^{−p}(1 + b/L) with its L^{−1/2} noise, read by
   :func:`largeprompt.ledger.readings._bracket`.
 * ``fixed_query`` (R2.fixed_query): exceedance counts of every (κ, L, δ) cell, :func:`readings.fixed_query_bound`.
 * ``softmax`` / ``linear`` (R6): train tables with t-intervals over ok runs, :func:`readings.softmax_leading_order`
@@ -55,8 +55,9 @@ LINEAR_TRAIN = {"default": dict(lengths=(20, 50, 100, 200, 500, 1000), n_ok=8),
 
 # magnitudes of the paper run (docs/paper-run/tables): R4's full-model softmax gaps, R6's spread over ok runs
 GAP_AMPLITUDE = (1.2, 0.7)  # L·Δ: log-normal median and log-sd over seeds (L·sup_distance ≈ 0.5–4 at L = 20)
-EULER_FLOOR = (1.0e-3, 0.8)  # per seed, constant in L (0.0002–0.004 in the paper run)
-NOISE_FLOOR = (7.0e-4, 0.3)  # per (seed, L) (0.0004–0.001)
+COUPLED_NOISE = {"default": 2.8e-3, "paper": 1.0e-3}  # R4's coupled noise floor at L = 20 (default run: 2.8e-3 at batch
+# 4096; the paper's batch 32 768 divides it by √8), falling like L^−1/2
+NOISE_SPREAD = 0.3  # log-sd of the replicate's estimate of that floor about the truth
 GAP_CORRECTION = 10.0  # b of Δ = A·L^−p(1 + b/L)
 SOFTMAX_CORRECTION, SOFTMAX_RUN_SD = -20.0, 0.02  # r(L) = A + B/L; per-run sd of r (t half-widths 0.002–0.04)
 LINEAR_RUN_SD = 5e-5  # per-run relative sd of linear attention's final test loss (t half-widths ≈ 6e-5 relative)
@@ -174,29 +175,29 @@ def _lognormal(rng, median_sd: tuple[float, float], shape) -> np.ndarray:
     return median_sd[0] * np.exp(median_sd[1] * rng.standard_normal(shape))
 
 
-def gaps_table(rng, budget: str, exponent: float = 1.0, coherent_euler: bool = False) -> pd.DataFrame:
-    """A trajectory_gaps table: Δ = A_seed·L^{−p}(1 + b/L), sup_distance = Δ + e·s + n·u with s, u uniform in
-    [−1, 1] (per (seed, L); ``coherent_euler``: s per seed, the Euler error keeping its sign over L), the floors,
-    the floor cut 3·median floor and the corrected distance sup − e − n."""
+def gaps_table(rng, budget: str, exponent: float = 1.0, correction: float = GAP_CORRECTION) -> pd.DataFrame:
+    """A coupled-design gaps table (docs/theory.md#coupled-limit): Δ = A_seed·L^{−p}(1 + b/L) and a noise of size
+    n(L) = n₂₀·(20/L)^{1/2} off its direction, coupled_distance = √((Δ + n g₁)² + (n g₂)²), the replicate's floor
+    estimate n·e^{0.3 z}, the cut 3 × its median per L and the corrected distance (all Gaussian g, z i.i.d.)."""
     seeds, lengths = TRANSFER[budget]["seeds"], np.array(TRANSFER[budget]["lengths"], dtype=np.float64)
     amplitude = _lognormal(rng, GAP_AMPLITUDE, (seeds, 1))
-    truth = amplitude * lengths ** (-exponent) * (1 + GAP_CORRECTION / lengths)  # [seeds, L]
-    euler = np.broadcast_to(_lognormal(rng, EULER_FLOOR, (seeds, 1)), truth.shape)
-    noise = _lognormal(rng, NOISE_FLOOR, truth.shape)
-    sign = rng.uniform(-1, 1, (seeds, 1) if coherent_euler else truth.shape)
-    sup = truth + euler * sign + noise * rng.uniform(-1, 1, truth.shape)
-    floor = np.maximum(euler, noise)
+    truth = amplitude * lengths ** (-exponent) * (1 + correction / lengths)  # [seeds, L]
+    noise = np.broadcast_to(COUPLED_NOISE[budget] * np.sqrt(20.0 / lengths), truth.shape)
+    g = rng.standard_normal((2, *truth.shape))
+    sup = np.sqrt((truth + noise * g[0]) ** 2 + (noise * g[1]) ** 2)
+    floor = np.broadcast_to(noise[0] * np.exp(NOISE_SPREAD * rng.standard_normal(len(lengths))), truth.shape)
+    threshold = np.broadcast_to(3 * floor[0], truth.shape)
     return pd.DataFrame({"prompt_length": np.tile(lengths, seeds).astype(int), "seed": np.repeat(np.arange(seeds), len(lengths)),
-                         "sup_distance": sup.ravel(), "floor": floor.ravel(),
-                         "floor_threshold": 3 * float(np.median(floor)), "corrected_distance": (sup - euler - noise).ravel(),
+                         "coupled_distance": sup.ravel(), "coupled_noise_floor": floor.ravel(),
+                         "coupled_floor_threshold": threshold.ravel(), "coupled_corrected_distance": (sup - floor).ravel(),
                          "status": "ok"})
 
 
-def bracket_outcome(rng, budget: str, exponent: float = 1.0, coherent_euler: bool = False) -> h.Outcome:
+def bracket_outcome(rng, budget: str, exponent: float = 1.0, correction: float = GAP_CORRECTION) -> h.Outcome:
     """R4's bracket on one synthetic gaps table (the rows ``transfer_bracket`` keeps: ok, positive distance)."""
-    frame = gaps_table(rng, budget, exponent, coherent_euler)
-    frame = frame[(frame["status"] == "ok") & (frame["sup_distance"] > 0)]
-    return r._bracket(frame, f"calibration/{int(rng.integers(2 ** 62))}")
+    frame = gaps_table(rng, budget, exponent, correction)
+    frame = frame[(frame["status"] == "ok") & (frame["coupled_distance"] > 0)]
+    return r._bracket(frame, f"calibration/{int(rng.integers(2 ** 62))}", r.COUPLED_DESIGN)
 
 
 # --- R2.fixed_query: the binomial bound, Bonferroni over the cells ---------------------------------------------------
@@ -307,8 +308,8 @@ def _truths() -> dict[str, list[tuple[str, bool, Callable]]]:
         "bound": [("mean ~ L^-bound (c = 1)", True, lambda g, b: bound_outcome(g, b)),
                   ("mean ~ ln L / L^(1/2c), Prop. 3.1's law", True, lambda g, b: bound_outcome(g, b, None)),
                   ("mean ~ L^-(0.8 bound)", False, lambda g, b: bound_outcome(g, b, 0.8))],
-        "bracket": [("p = 1, Euler sign per (seed, L)", True, lambda g, b: bracket_outcome(g, b)),
-                    ("p = 1, Euler sign per seed", True, lambda g, b: bracket_outcome(g, b, coherent_euler=True)),
+        "bracket": [("p = 1, b = +10", True, lambda g, b: bracket_outcome(g, b)),
+                    ("p = 1, b = −10", True, lambda g, b: bracket_outcome(g, b, correction=-10.0)),
                     ("p = 0.9", False, lambda g, b: bracket_outcome(g, b, 0.9)),
                     ("p = 1.1", False, lambda g, b: bracket_outcome(g, b, 1.1))],
         "fixed_query": [("P = delta in every cell", True, lambda g, b: fixed_query_outcome(g, b)),

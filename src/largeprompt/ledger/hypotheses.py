@@ -79,19 +79,23 @@ def at_most(estimate, se, bound, resolution: float | None = None) -> Outcome:
     return Outcome(_f(estimate), -flipped.hi, -flipped.lo, _f(bound), flipped.p_value, flipped.verdict)
 
 
-def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: float | None = None) -> Outcome:
+def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: float | None = None,
+            dof: int | None = None) -> Outcome:
     """H0: θ_low ≤ predicted ≤ θ_high for two estimates (θ̂, se) that bound the quantity from either side (raw and
     floor-corrected gaps, docs/theory.md#floor-corrected-gap). Rejected when the low side lies significantly above
     the prediction or the high side significantly below it (Bonferroni over the two sides). The value is the
     midpoint; the interval runs from the low side's lower end to the high side's upper end. The resolution applies
-    to that whole interval: a bracket wider than it cannot tell the prediction from an error of that size."""
+    to that whole interval: a bracket wider than it cannot tell the prediction from an error of that size. ``dof``:
+    Student t quantiles (standard errors from few seeds) instead of normal ones."""
     (lo_est, lo_se), (hi_est, hi_se) = low_side, high_side
+    law = stats.norm if dof is None else stats.t(dof)
     if not _finite(lo_est, lo_se, hi_est, hi_se, predicted) or lo_se <= 0 or hi_se <= 0:
         return Outcome(math.nan, math.nan, math.nan, _f(predicted), math.nan, INCONCLUSIVE)
-    p_low = stats.norm.sf((lo_est - predicted) / lo_se)  # small when θ_low > predicted
-    p_high = stats.norm.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
+    p_low = law.sf((lo_est - predicted) / lo_se)  # small when θ_low > predicted
+    p_high = law.cdf((hi_est - predicted) / hi_se)  # small when θ_high < predicted
     p = float(min(1.0, 2 * min(p_low, p_high)))
-    lo, hi = lo_est - Z * lo_se, hi_est + Z * hi_se
+    z = float(law.ppf(1 - ALPHA / 2))
+    lo, hi = lo_est - z * lo_se, hi_est + z * hi_se
     verdict = resolved(verdict_of(p), (hi - lo) / 2, resolution)
     return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
 

@@ -195,7 +195,8 @@ def _bracket(frame, stream: str, design=FLOW_DESIGN) -> h.Outcome:
         return h.two_sided(math.nan, math.nan, 1.0)
     raw = exponent_with_seed_bootstrap(above, distance, rng, R4_BOOTSTRAP)
     steep = exponent_with_seed_bootstrap(corrected, corrected_distance, rng, R4_BOOTSTRAP)
-    return h.bracket((raw["exponent"], raw["se"]), (steep["exponent"], steep["se"]), 1.0, EXPONENT_RESOLUTION)
+    return h.bracket((raw["exponent"], raw["se"]), (steep["exponent"], steep["se"]), 1.0, EXPONENT_RESOLUTION,
+                     dof=frame["seed"].nunique() - 1)  # a bootstrap over few seeds: t quantiles
 
 
 # --- R5 ----------------------------------------------------------------------------------------------------------------
