@@ -92,6 +92,12 @@ def _gap_panel(ax, gaps, slopes):
             ax.plot([f["fit_min_prompt_length"], f["fit_max_prompt_length"]], [f["fit_gap_at_min"], f["fit_gap_at_max"]],
                     color=color, linewidth=1)
         ax.scatter(pts["prompt_length"], pts["sup_distance"], color=color, marker=marker, s=22, label=_fit_label(label, fit))
+        if "coupled_distance" in pts and pts["coupled_distance"].notna().any():
+            ax.scatter(pts["prompt_length"], pts["coupled_distance"], color=color, marker="x", s=18, linewidths=0.9,
+                       label=f"{label}: distance to its coupled L = ∞ run (what the ledger tests)")
+            noise = pts.dropna(subset=["coupled_noise_floor"]).groupby("prompt_length")["coupled_noise_floor"].median()
+            ax.plot(noise.index, noise.to_numpy(), color=color, linestyle=":", linewidth=1,
+                    label=f"{label}: its prompt-noise floor (falls like $L^{{-1/2}}$)")
         threshold = pts.dropna(subset=["floor_threshold"]).drop_duplicates("prompt_length")
         if len(threshold) and len(fit):
             factor = float(fit["floor_factor"].iloc[0])
@@ -111,8 +117,8 @@ def _gap_panel(ax, gaps, slopes):
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$\sup_{t\leq T}\|\theta_L(t) - \theta_\infty(t)\|$")
     factor = f"{float(slopes['floor_factor'].iloc[0]):g}×" if len(slopes) else "a multiple of"
-    ax.set_title(f"distance to the flow on a fixed horizon (95% CI on slopes); fitted only above {factor} the floor,\n"
-                 "the larger of the SGD noise (two batch streams) and the Euler error of lr (GD on $R_\\infty$ vs flow)",
+    ax.set_title(f"distance to the flow (dots; slopes fitted above {factor} its floor, the larger of SGD noise and Euler "
+                 "error)\nand to the coupled L = ∞ SGD run on the same batches (×; no Euler error, no batch noise)",
                  fontsize=8)
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
 
