@@ -127,3 +127,14 @@ def test_coupled_runs_skip_diverged_runs_and_log_the_logged_steps():
     np.testing.assert_allclose(one, models.flatten({n: w.detach() for n, w in state[("softmax", 0)].items()}).numpy(),
                                rtol=0, atol=1e-15)
 
+
+
+@pytest.mark.parametrize("measure", MEASURES)
+def test_query_side_is_the_draws_query_side(measure):
+    """sample_query_side gives sample_with_tasks's query, target and β from the same generator state, to rounding."""
+    task = task_of(measure)
+    query, _, target, beta = task.sample_with_tasks(64, 17, batch_generator(5, 1, 3, torch.float64))
+    q, t, b = task.sample_query_side(64, 17, batch_generator(5, 1, 3, torch.float64))
+    torch.testing.assert_close(q, query, rtol=4 * torch.finfo(torch.float64).eps, atol=0)
+    torch.testing.assert_close(b, beta, rtol=0, atol=0)
+    torch.testing.assert_close(t, target, rtol=16 * torch.finfo(torch.float64).eps, atol=16 * torch.finfo(torch.float64).eps)

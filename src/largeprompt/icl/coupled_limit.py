@@ -53,7 +53,7 @@ def coupled_runs(runs: pd.DataFrame, task: RegressionTask, base_seed: int, lr: f
             if step == last:
                 break
             gen = batch_generator(base_seed, int(stream), step, torch.float64)
-            query, _, target, beta = task.sample_with_tasks(batch_size, prompt_length, gen)
+            query, target, beta = task.sample_query_side(batch_size, prompt_length, gen)
             limit_step(states, query, beta, target, task, lr)
     return pd.DataFrame(rows, columns=[*RUN, "step", "theta"])
 

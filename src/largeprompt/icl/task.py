@@ -69,6 +69,27 @@ class RegressionTask:
         query[:, d] = 0.0  # z_q = (x_q, 0)
         return query, tokens[:, :L], target, beta
 
+    def sample_query_side(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
+        """(query [B, D], target [B], β [B, d]) of :meth:`sample_with_tasks`'s draw: the same numbers from the same
+        generator (the prompt is drawn, to advance it, and dropped untransformed), for the coupled L = ∞ runs
+        (docs/theory.md#coupled-limit)."""
+        d, L = self.dim, int(prompt_length)
+        if self.token_measure == "gaussian":
+            g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)[:, :, L]  # [D, B]: the query token
+            beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5
+            x = (self._chol_in(dtype, device) @ g[:d]).T  # [B, d]
+            noise = g[d]
+        else:
+            if self.token_measure == "rademacher":
+                x = random_bits((batch, L + 1, d), generator, device)[:, L].to(dtype).mul_(2).sub_(1)
+            else:
+                x = uniform((batch, L + 1, d), generator, dtype, device)[:, L].mul(2.0).sub_(1.0).mul_(SQRT3)
+            noise = standard_normal((batch, L + 1), generator, dtype, device)[:, L]
+            beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5
+        target = (beta * x).sum(-1) + self.noise_variance**0.5 * noise
+        query = torch.cat([x, torch.zeros(batch, 1, dtype=dtype, device=device)], dim=1)
+        return query, target, beta
+
     def sample_whitened(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
         """The draw of :meth:`sample` (same numbers, same order, same law) with the prompt left whitened:
         (query [B, D], prompt' [B, L, D], target [B], T [D, D] or None), the prompt tokens z = T z', T = diag(C, 1).
