@@ -138,3 +138,10 @@ def test_query_side_is_the_draws_query_side(measure):
     torch.testing.assert_close(q, query, rtol=4 * torch.finfo(torch.float64).eps, atol=0)
     torch.testing.assert_close(b, beta, rtol=0, atol=0)
     torch.testing.assert_close(t, target, rtol=16 * torch.finfo(torch.float64).eps, atol=16 * torch.finfo(torch.float64).eps)
+
+
+def test_coupled_runs_of_only_diverged_runs_is_empty():
+    """Every run diverged: no coupled run, an empty table with the columns."""
+    rows = pd.DataFrame([{"model": "softmax", "seed": 0, "stream": 0, "step": 0, "status": "diverged", "theta": None}])
+    out = coupled_runs(rows, task_of("gaussian"), 0, 0.01, 8, 5)
+    assert out.empty and list(out.columns) == ["model", "seed", "stream", "step", "theta"]

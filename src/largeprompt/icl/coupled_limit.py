@@ -39,8 +39,10 @@ def coupled_runs(runs: pd.DataFrame, task: RegressionTask, base_seed: int, lr: f
     of the coupled L = ∞ run at that step (module doc). ``runs``: trajectory rows of one L (columns model, seed,
     stream, step, status)."""
     ok = runs.groupby(RUN)["status"].transform(lambda s: (s != "diverged").all())
-    logged = runs[ok].groupby(RUN)["step"].apply(lambda s: set(s.astype(int)))
     rows = []
+    if not ok.any():
+        return pd.DataFrame(rows, columns=[*RUN, "step", "theta"])
+    logged = runs[ok].groupby(RUN)["step"].apply(lambda s: set(s.astype(int)))
     for stream, members in logged.groupby(level="stream"):
         states = {key: {n: w.requires_grad_() for n, w in initial_parameters(base_seed, key[1], task.token_dim).items()}
                   for key in members.index}
