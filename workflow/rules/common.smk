@@ -5,7 +5,12 @@ import os
 
 import largeprompt
 from largeprompt.io.config import ConfigError, check_config, migrate_deprecated
-from largeprompt.io.pipeline import claim_table_names, code_params, output_cache_dir, settings
+from largeprompt.io.pipeline import (
+    claim_table_names,
+    code_params,
+    output_cache_dir,
+    settings,
+)
 from largeprompt.icl.schedules import (
     init_dependence_minutes,
     training_job_minutes,
