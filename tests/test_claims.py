@@ -149,6 +149,14 @@ def test_holm_adjusts_the_ledger_and_keeps_both_verdicts():
     assert set(rows["verdict_unadjusted"]) <= set(v.VERDICTS)
 
 
+def test_a_disagreement_that_holm_does_not_keep_is_inconclusive():
+    """Rejected alone but not over the family: the adjusted verdict is inconclusive, never agrees."""
+    frame = pd.DataFrame({"p_value": [0.01, 0.5, 0.5, 0.5, 0.5, 0.001],
+                          "verdict_unadjusted": [v.DISAGREES, v.AGREES, v.AGREES, v.INCONCLUSIVE, v.AGREES, v.DISAGREES]})
+    out = ledger.family_wise(frame)
+    assert list(out["verdict"]) == [v.INCONCLUSIVE, v.AGREES, v.AGREES, v.INCONCLUSIVE, v.AGREES, v.DISAGREES]
+
+
 def test_findings_are_descriptive_or_checked_exactly():
     classes = pd.DataFrame({"flow_class": ["drifts", "converges"], "fraction": [0.5, 0.5], "fraction_lo": [0.4, 0.4],
                             "fraction_hi": [0.6, 0.6]})

@@ -168,12 +168,14 @@ def _rows(claim: Claim, read) -> list[dict]:
 
 
 def family_wise(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Holm's correction over every row with a p-value: ``p_holm`` and the adjusted ``verdict`` (a row that agreed
-    unadjusted still agrees; a disagreement survives only if its adjusted p is below 5%)."""
+    """Holm's correction over every row with a p-value: ``p_holm`` and the adjusted ``verdict``. A row that agreed
+    unadjusted still agrees; a disagreement survives only if its adjusted p is below 5%, and one that does not becomes
+    ``inconclusive`` (rejected alone, not over the family: neither verdict is earned)."""
     adjusted = h.holm(ledger["p_value"].to_numpy(np.float64))
     tested = np.isfinite(adjusted)
     verdict = ledger["verdict_unadjusted"].where(~tested, [h.verdict_of(p) for p in adjusted])
-    inconclusive = ledger["verdict_unadjusted"] == v.INCONCLUSIVE
+    demoted = (ledger["verdict_unadjusted"] == v.DISAGREES) & (verdict == v.AGREES)
+    inconclusive = (ledger["verdict_unadjusted"] == v.INCONCLUSIVE) | demoted
     return ledger.assign(p_holm=adjusted, verdict=verdict.where(~inconclusive, v.INCONCLUSIVE))
 
 
