@@ -158,14 +158,14 @@ def test_linear_size_and_power_every_null():
 
 @pytest.mark.slow
 def test_bracket_size_default():
-    """~5 s a draw (two seed bootstraps of 400 nonlinear fits): a coarse check, 16 draws."""
-    assert_size("bracket", "default", 16, ["p = 1, b = +10", "p = 1, b = −10"])
+    """~5 s a draw (two seed bootstraps of 400 nonlinear fits): a coarse check, 8 draws."""
+    assert_size("bracket", "default", 8, ["p = 1, b = +10", "p = 1, b = −10"])
 
 
 @pytest.mark.slow
 def test_bracket_size_paper():
-    """~1 min: the bracket's size at the paper budget, 10 draws."""
-    assert_size("bracket", "paper", 10, ["p = 1, b = +10", "p = 1, b = −10"])
+    """~1 min: the bracket's size at the paper budget, 5 draws."""
+    assert_size("bracket", "paper", 5, ["p = 1, b = +10", "p = 1, b = −10"])
 
 
 @pytest.mark.slow
