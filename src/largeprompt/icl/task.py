@@ -54,8 +54,8 @@ class RegressionTask:
         if self.token_measure != "gaussian":
             return self._sample_bounded(batch, prompt_length, generator, dtype, device)
         d, L = self.dim, int(prompt_length)
-        g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)  # [D, B, L+1]
-        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
+        g, beta = self._gaussian_draw(batch, L, generator, dtype, device)  # [D, B, L+1], [B, d]
+        beta = beta * self.task_variance**0.5
         chol = self._chol_in(dtype, device)
         x = g[:d]
         x.copy_((chol @ x.reshape(d, -1)).view(d, batch, L + 1))  # x = C g_x
@@ -70,25 +70,38 @@ class RegressionTask:
         return query, tokens[:, :L], target, beta
 
     def sample_query_side(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
-        """(query [B, D], target [B], β [B, d]) of :meth:`sample_with_tasks`'s draw: the same numbers from the same
+        """(query [B, D], target [B], β [B, d]) of :meth:`sample_with_tasks`'s draw: the same raw draws from the same
         generator (the prompt is drawn, to advance it, and dropped untransformed), for the coupled L = ∞ runs
         (docs/theory.md#coupled-limit)."""
         d, L = self.dim, int(prompt_length)
         if self.token_measure == "gaussian":
-            g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)[:, :, L]  # [D, B]: the query token
-            beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5
-            x = (self._chol_in(dtype, device) @ g[:d]).T  # [B, d]
-            noise = g[d]
+            g, beta = self._gaussian_draw(batch, L, generator, dtype, device)
+            x, noise = (self._chol_in(dtype, device) @ g[:d, :, L]).T, g[d, :, L]  # [B, d], [B]
         else:
-            if self.token_measure == "rademacher":
-                x = random_bits((batch, L + 1, d), generator, device)[:, L].to(dtype).mul_(2).sub_(1)
-            else:
-                x = uniform((batch, L + 1, d), generator, dtype, device)[:, L].mul(2.0).sub_(1.0).mul_(SQRT3)
-            noise = standard_normal((batch, L + 1), generator, dtype, device)[:, L]
-            beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5
+            raw, noise, beta = self._bounded_draw(batch, L, generator, dtype, device)
+            x, noise = self._bounded_covariates(raw[:, L].to(dtype)), noise[:, L]
+        beta = beta * self.task_variance**0.5
         target = (beta * x).sum(-1) + self.noise_variance**0.5 * noise
-        query = torch.cat([x, torch.zeros(batch, 1, dtype=dtype, device=device)], dim=1)
-        return query, target, beta
+        return torch.cat([x, torch.zeros(batch, 1, dtype=dtype, device=device)], dim=1), target, beta
+
+    def _gaussian_draw(self, batch: int, L: int, generator, dtype, device):
+        """The raw draws of a Gaussian batch, in their order: g [D, B, L+1] for the tokens, then β/τ [B, d]."""
+        g = standard_normal((self.dim + 1, batch, L + 1), generator, dtype, device)
+        return g, standard_normal((batch, self.dim), generator, dtype, device)
+
+    def _bounded_draw(self, batch: int, L: int, generator, dtype, device):
+        """The raw draws of a bounded batch, in their order: bits or U[0, 1) [B, L+1, d] for the covariates, the noise
+        [B, L+1], then β/τ [B, d]."""
+        if self.token_measure == "rademacher":
+            raw = random_bits((batch, L + 1, self.dim), generator, device)
+        else:
+            raw = uniform((batch, L + 1, self.dim), generator, dtype, device)
+        noise = standard_normal((batch, L + 1), generator, dtype, device)
+        return raw, noise, standard_normal((batch, self.dim), generator, dtype, device)
+
+    def _bounded_covariates(self, x: torch.Tensor) -> torch.Tensor:
+        """The covariates of raw draws ``x`` (a float copy, mapped in place): 2b − 1 (rademacher), √3(2u − 1) (uniform)."""
+        return x.mul_(2).sub_(1) if self.token_measure == "rademacher" else x.mul_(2.0).sub_(1.0).mul_(SQRT3)
 
     def sample_whitened(self, batch: int, prompt_length: int, generator=None, dtype=torch.float64, device="cpu"):
         """The draw of :meth:`sample` (same numbers, same order, same law) with the prompt left whitened:
@@ -101,8 +114,7 @@ class RegressionTask:
         if self.token_measure != "gaussian":
             return (*self.sample(batch, prompt_length, generator, dtype, device), None)
         d, L = self.dim, int(prompt_length)
-        g = standard_normal((d + 1, batch, L + 1), generator, dtype, device)  # [D, B, L+1]
-        beta = standard_normal((batch, d), generator, dtype, device)  # [B, d], times τ in ``mixer``
+        g, beta = self._gaussian_draw(batch, L, generator, dtype, device)  # [D, B, L+1]; β/τ [B, d], times τ in ``mixer``
         frame, query_map, mixer = self._whitening(dtype, device)
         y = g[d].view(batch, 1, L + 1)  # y = (Cᵀβ)ᵀ g_x + σ g_y, one product
         y.baddbmm_((beta @ mixer).unsqueeze(1), g[:d].permute(1, 0, 2), beta=self.noise_variance**0.5)
@@ -137,14 +149,12 @@ class RegressionTask:
         generator; y = βᵀx + σε; token L is the query (docs/theory.md#bounded-token-risk)."""
         d, L = self.dim, int(prompt_length)
         stored = torch.empty(d + 1, batch, L + 1, dtype=dtype, device=device)  # feature-major, as the Gaussian draw
+        raw, noise, beta = self._bounded_draw(batch, L, generator, dtype, device)
         x = stored[:d]  # [d, B, L+1]; the numbers are drawn [B, L+1, d] and mapped elementwise, in place
-        if self.token_measure == "rademacher":
-            x.copy_(random_bits((batch, L + 1, d), generator, device).permute(2, 0, 1)).mul_(2).sub_(1)
-        else:
-            x.copy_(uniform((batch, L + 1, d), generator, dtype, device).permute(2, 0, 1)).mul_(2.0).sub_(1.0).mul_(SQRT3)
+        self._bounded_covariates(x.copy_(raw.permute(2, 0, 1)))
         y = stored[d].view(batch, 1, L + 1)
-        y.copy_(standard_normal((batch, L + 1), generator, dtype, device).unsqueeze(1))
-        beta = standard_normal((batch, d), generator, dtype, device) * self.task_variance**0.5  # [B, d]
+        y.copy_(noise.unsqueeze(1))
+        beta = beta * self.task_variance**0.5  # [B, d]
         y.baddbmm_(beta.unsqueeze(1), x.permute(1, 0, 2), beta=self.noise_variance**0.5)  # y = βᵀx + σε, one product
         tokens = stored.permute(1, 2, 0)  # [B, L+1, D]
         query = tokens[:, L].clone()
