@@ -95,9 +95,9 @@ def _gap_panel(ax, gaps, slopes):
         if "coupled_distance" in pts and pts["coupled_distance"].notna().any():
             ax.scatter(pts["prompt_length"], pts["coupled_distance"], color=color, marker="x", s=18, linewidths=0.9,
                        label=f"{label}: distance to its coupled L = ∞ run (what the ledger tests)")
-            noise = pts.dropna(subset=["coupled_noise_floor"]).groupby("prompt_length")["coupled_noise_floor"].median()
-            ax.plot(noise.index, noise.to_numpy(), color=color, linestyle=":", linewidth=1,
-                    label=f"{label}: its prompt-noise floor (falls like $L^{{-1/2}}$)")
+            cut = pts.dropna(subset=["coupled_floor_threshold"]).drop_duplicates("prompt_length").sort_values("prompt_length")
+            ax.plot(cut["prompt_length"], cut["coupled_floor_threshold"], color=color, linestyle=":", linewidth=1,
+                    label=f"{label}: its cut, a multiple of the prompt-noise floor (falls like $L^{{-1/2}}$)")
         threshold = pts.dropna(subset=["floor_threshold"]).drop_duplicates("prompt_length")
         if len(threshold) and len(fit):
             factor = float(fit["floor_factor"].iloc[0])
