@@ -7,7 +7,7 @@ import torch
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
 from largeprompt.icl.bounded_risk import Quadrature, limit_risk
-from largeprompt.icl.coupled_limit import coupled_differences, coupled_runs, limit_step
+from largeprompt.icl.coupled_limit import coupled_differences, coupled_runs, limit_step, with_coupled_weights
 from largeprompt.icl.engine.runs import batch, batch_generator, initial_parameters
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.task import RegressionTask
@@ -101,7 +101,7 @@ def test_coupled_run_cancels_the_batch_noise():
         finite = {j: finite_sgd(task, L, j, steps, lr, B) for j in (0, 1)}
         runs = pd.DataFrame({"model": "softmax", "seed": 0, "stream": 0, "step": range(steps + 1),
                              "status": "ok", "theta": finite[0]})
-        diff = coupled_differences(runs, coupled_runs(runs, task, 0, lr, B, L))
+        diff = coupled_differences(with_coupled_weights(runs, task, 0, lr, B, L))
         gaps[L] = max(np.linalg.norm(d) for d in diff["difference"])
         between_streams = max(np.linalg.norm(a - b) for a, b in zip(finite[0], finite[1]))
         if L == 640:  # at L = 40 the O(1/L) part itself is as large as the batch noise of these six steps
@@ -138,6 +138,25 @@ def test_query_side_is_the_draws_query_side(measure):
     torch.testing.assert_close(q, query, rtol=4 * torch.finfo(torch.float64).eps, atol=0)
     torch.testing.assert_close(b, beta, rtol=0, atol=0)
     torch.testing.assert_close(t, target, rtol=16 * torch.finfo(torch.float64).eps, atol=16 * torch.finfo(torch.float64).eps)
+
+
+def test_coupled_weights_are_the_coupled_runs_beside_each_row():
+    """with_coupled_weights keeps every row of the runs in order and puts the coupled run's θ of its (run, step)
+    beside it; a diverged run's rows get None."""
+    task = task_of("gaussian")
+    P = models.flatten(initial_parameters(0, 0, task.token_dim)).numel()
+    rows = pd.DataFrame([{"model": "softmax", "seed": s, "stream": 0, "step": k, "status": "diverged" if s == 1 else "ok",
+                          "theta": np.full(P, float(k))} for s in (0, 1) for k in (0, 2)])
+    out = with_coupled_weights(rows, task, 0, 0.01, 16, 5)
+    coupled = coupled_runs(rows, task, 0, 0.01, 16, 5)
+    assert out[["seed", "step"]].values.tolist() == rows[["seed", "step"]].values.tolist()
+    assert out[out["seed"] == 1]["coupled_theta"].isna().all()
+    for r in coupled.itertuples():
+        mine = out[(out["seed"] == r.seed) & (out["step"] == r.step)]["coupled_theta"].iloc[0]
+        np.testing.assert_array_equal(mine, r.theta)
+    diff = coupled_differences(out)
+    assert set(diff["seed"]) == {0}
+    np.testing.assert_array_equal(diff["difference"].iloc[1], rows["theta"].iloc[1] - out["coupled_theta"].iloc[1])
 
 
 def test_coupled_runs_of_only_diverged_runs_is_empty():

@@ -142,7 +142,6 @@ rule summarize_beyond_gaussian:
             "beyond_gaussian.token_measures",
             "beyond_gaussian.n_test",
             "beyond_gaussian.train.prompt_lengths",
-            "beyond_gaussian.transfer.batch_size",
             "infinite.rtol",
             "infinite.atol",
             "transfer.lr",

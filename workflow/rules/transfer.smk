@@ -1,7 +1,7 @@
 # R4 on the §6 model (docs/experiments.md#trajectory_transfer): constant small lr, large batch, short
 # horizon; every seed twice (two batch streams) so that the SGD-noise floor of the distance to the flow is
-# measured at every L; then sup_t ‖θ_L(t) − θ_∞(t)‖, the distance to each run's coupled L = ∞ run on the same batches
-# (docs/theory.md#coupled-limit), and the slopes over L. Config section `transfer`.
+# measured at every L, each run with its coupled L = ∞ run on the same batches (docs/theory.md#coupled-limit); then
+# sup_t ‖θ_L(t) − θ_∞(t)‖, the distance to the coupled run, and the slopes over L. Config section `transfer`.
 
 
 rule train_transfer:
@@ -71,7 +71,6 @@ rule trajectory_gap:
             "infinite.atol",
             "transfer.floor_factor",
             "transfer.lr",
-            "transfer.batch_size",
         ),
     script:
         "../scripts/trajectory_gap.py"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.coupled_limit import coupled_differences, coupled_runs
+from largeprompt.icl.coupled_limit import coupled_differences
 from largeprompt.icl.dynamics import full_model_flow, full_model_gradient_descent
 from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.maths.rates import loglog_slope_by_group
@@ -54,10 +54,10 @@ def flow_and_euler_floor(task, base_seed: int, seed: int, shared: pd.DataFrame, 
     return flow, float(np.linalg.norm(descent - flow, axis=1).max())
 
 
-def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: float, risks: dict | None = None,
-                    batch_size: int | None = None) -> pd.DataFrame:
-    """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floors; with
-    ``batch_size`` (the runs' batch) also the coupled columns (module doc).
+def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: float, risks: dict | None = None) -> pd.DataFrame:
+    """One row per (model, L, seed): the sup-distance of the shared-stream run to its flow, and the floors; where the
+    runs carry their coupled weights (``coupled_theta``, written by the training job) also the coupled columns
+    (module doc).
     ``risks``: model → its R∞ (default: the Gaussian closed form for both)."""
     rows, flows = [], {}
     for (model, L, seed), g in runs.groupby(KEYS):
@@ -82,17 +82,16 @@ def full_model_gaps(runs: pd.DataFrame, task, base_seed: int, tol: dict, lr: flo
     gaps["noise_floor"] = gaps["own_noise_floor"].fillna(shared_floor)
     gaps["floor"] = gaps[["noise_floor", "euler_floor"]].max(axis=1, skipna=False)
     gaps["corrected_distance"] = gaps["sup_distance"] - gaps["noise_floor"] - gaps["euler_floor"]
-    if batch_size is None:
+    if "coupled_theta" not in runs:
         return gaps
-    coupled = pd.concat([coupled_gaps(g, task, base_seed, lr, batch_size, int(L)) for L, g in runs.groupby("prompt_length")],
-                        ignore_index=True)
+    coupled = pd.concat([coupled_gaps(g, int(L)) for L, g in runs.groupby("prompt_length")], ignore_index=True)
     return with_coupled_floor(gaps.merge(coupled, on=KEYS, how="left"))
 
 
-def coupled_gaps(runs: pd.DataFrame, task, base_seed: int, lr: float, batch_size: int, L: int) -> pd.DataFrame:
+def coupled_gaps(runs: pd.DataFrame, L: int) -> pd.DataFrame:
     """One row per (model, seed) of the runs at L: ``coupled_distance`` of the shared-stream run and, for a seed with a
     replicate stream, ``own_coupled_noise`` = sup_t ‖Δ₀ − Δ₁‖/√2 (module doc)."""
-    diffs = coupled_differences(runs, coupled_runs(runs, task, base_seed, lr, batch_size, L))
+    diffs = coupled_differences(runs)
     rows = []
     for (model, seed), g in diffs.groupby(["model", "seed"]):
         streams = {j: np.stack(s.sort_values("step")["difference"].to_list()) for j, s in g.groupby("stream")}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 PACKAGE = "largeprompt"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-PLUMBING = (f"{PACKAGE}.io",)  # packages whose code cannot change a number
+PLUMBING = (f"{PACKAGE}.io", f"{PACKAGE}.icl.engine.run_log")  # code that cannot change a number (the log's lines)
 PREAMBLE = "<module>"  # the key of a module's statements that are not definitions
 CODE_PREFIX = "code:"
 FOREIGN_SUFFIX = "_SOURCE"  # a constant NAME_SOURCE = "<file>" makes that file's text part of its definition

@@ -118,6 +118,11 @@ def code_params(script: str | os.PathLike) -> dict[str, Setting]:
     return code_settings(script, Setting)
 
 
+# the keys of section ``train`` that are the summary's status rule (docs/experiments.md#run-status): a training job's log
+# names each run by them (Runtime.status_rule)
+STATUS_RULE_KEYS = ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change", "convergence_window")
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Job settings that cannot change a result: recorded in provenance, never in params."""

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable
 
 from tqdm import tqdm
 
-from largeprompt.icl.engine.status import RULE_KEYS
 from largeprompt.io import figure_provenance
 from largeprompt.io.parquet_io import ResultFileError, plain
-from largeprompt.io.pipeline import Runtime, stage_params
+from largeprompt.io.pipeline import STATUS_RULE_KEYS, Runtime, stage_params
 
 
 @contextlib.contextmanager
@@ -75,7 +74,7 @@ def runtime_settings(smk) -> Runtime:
     ``train.checkpoint_every``."""
     config = smk.config
     train = config.get("train", {})
-    rule = {k: train[k] for k in RULE_KEYS if k in train}
+    rule = {k: train[k] for k in STATUS_RULE_KEYS if k in train}
     section = config.get("transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
     return Runtime(
         device=str(config.get("device", "auto")),

@@ -35,11 +35,10 @@ def transfer_tables(params, trajectories: pd.DataFrame):
     section, parts = params["beyond_gaussian"], []
     tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
     lr = float(params["transfer"]["lr"])
-    batch_size = int(section["transfer"]["batch_size"])
     for measure, runs in trajectories.groupby("token_measure"):
         task = measure_task(section, measure)
         risks = {m: limit_risk(task, m, icl_quadrature(section)) for m in runs["model"].unique()}
-        parts.append(full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks, batch_size).assign(token_measure=measure))
+        parts.append(full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks).assign(token_measure=measure))
     factor, by = float(params["transfer"]["floor_factor"]), ("token_measure", "model")
     gaps = with_floor_threshold(pd.concat(parts, ignore_index=True), factor, by)
     return gaps, slopes(gaps, factor, by=by)

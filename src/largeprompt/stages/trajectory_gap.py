@@ -21,8 +21,7 @@ def trajectory_gap(inputs, outputs, params, rule="trajectory_gap"):
     runs = pd.concat([read_parquet(p) for p in inputs["trajectories"]], ignore_index=True)
     lr = float(params["transfer"]["lr"])
     risks = task_limits(task, icl_quadrature(params["icl"]))  # None for Gaussian covariates: one closed form
-    batch_size = int(params["transfer"]["batch_size"])
-    gaps = pd.concat([full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks, batch_size),
+    gaps = pd.concat([full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks),
                       reduced_gaps(read_parquet(inputs["reduced"]))], ignore_index=True)
     gaps["transfer_lr"] = lr
     gaps["stability_limit"] = 2.0 / gaps["transfer_lr"]  # the sharpness above which the transfer runs' SGD is unstable

@@ -1,9 +1,11 @@
 """Rule ``transfer_beyond_gaussian`` (R4 per token measure; docs/experiments.md#beyond_gaussian): the transfer runs of
 section ``transfer`` (constant small lr, large batch, float64, a replicate seed on a second batch stream) with the
-covariates of one measure, at the budget of ``beyond_gaussian.transfer``."""
+covariates of one measure, at the budget of ``beyond_gaussian.transfer``, each with its coupled L = ∞ run
+(docs/theory.md#coupled-limit)."""
 from __future__ import annotations
 
 from largeprompt.icl.beyond_gaussian import measure_task, measure_test_set
+from largeprompt.icl.coupled_limit import coupled_weights_of
 from largeprompt.icl.engine.protocol import TrainSettings, transfer_section
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 from largeprompt.stages.measure_training import train_measure_runs
@@ -16,4 +18,4 @@ def transfer_beyond_gaussian(inputs, outputs, params, rule="transfer_beyond_gaus
     task = measure_task(params["beyond_gaussian"], params["token_measure"])
     test_frame = measure_test_set(params, task, max(overrides["prompt_lengths"]))  # every L reads a prefix of it
     for L, path in zip(overrides["prompt_lengths"], outputs["trajectories"]):
-        train_measure_runs(path, dict(params, prompt_length=L), cfg, {}, rule, runtime, test_frame)
+        train_measure_runs(path, dict(params, prompt_length=L), cfg, {}, rule, runtime, test_frame, then=coupled_weights_of)

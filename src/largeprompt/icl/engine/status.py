@@ -26,7 +26,6 @@ FINAL_FRACTION = 0.1  # the final loss averages the rows logged in the last tent
 CHANGE_WINDOW = 0.2  # final_change compares the run's last twentieth with the twentieth where its last fifth starts
 STATUSES = ("ok", "unconverged", "trapped", "diverged")
 TRAP_REASONS = ("no readout", "worse equilibrium")
-RULE_KEYS = ("trapped_loss_ratio", "trapped_readout_fraction", "unconverged_change", "convergence_window")  # of ``train``
 
 
 @dataclass(frozen=True)

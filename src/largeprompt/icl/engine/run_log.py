@@ -1,5 +1,6 @@
 """The training job's log: one line per run saying where it ended and what the summary will call it
-(docs/experiments.md#run-status). Only printed: plumbing, left out of the rule's code fingerprint."""
+(docs/experiments.md#run-status). Only printed: plumbing, left out of the rules' code fingerprints
+(largeprompt.io.fingerprints.PLUMBING)."""
 from __future__ import annotations
 
 import numpy as np
