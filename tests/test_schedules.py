@@ -197,7 +197,7 @@ def test_job_time_limits_count_runs_steps_and_batch():
     """The cluster time limits of the rules (workflow/rules/common.smk): runs = models × (seeds + replicates), the
     transfer step costs batch/128 training steps, a per-measure transfer job sums its L, and longer prompts, more
     runs or a larger batch never get less time."""
-    from largeprompt.icl.schedules import (
+    from largeprompt.icl.job_limits import (
         estimated_runtime_minutes,
         init_dependence_minutes,
         training_job_minutes,

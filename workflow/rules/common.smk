@@ -11,7 +11,7 @@ from largeprompt.io.pipeline import (
     output_cache_dir,
     settings,
 )
-from largeprompt.icl.schedules import (
+from largeprompt.icl.job_limits import (
     init_dependence_minutes,
     training_job_minutes,
     transfer_job_minutes,
