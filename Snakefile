@@ -52,9 +52,11 @@ if SHARE:
 share_producers((r.name, [str(f) for f in r.output]) for r in workflow.rules)
 
 
-# Every figure and every result file: a plain `snakemake` rebuilds any missing one, whatever exists downstream.
+# Every figure, the run's numbers.tex and every result file: a plain `snakemake` rebuilds any missing one, whatever
+# exists downstream.
 rule all:
     default_target: True
     input:
         expand(figures("{name}.{ext}"), name=FIGURES, ext=["pdf", "png"]),
+        figures("numbers.tex"),
         result_files(workflow.rules),
