@@ -42,7 +42,7 @@ def synthetic_claims(n=40, seed=0) -> pd.DataFrame:
         "claim_id": [f"R{i % 7}.part_{i}/c={rng.uniform(0, 4):.3g}" for i in range(n)],
         "label": "R1", "kind": "derived", "claim": "a claim", "quantity": "a quantity",
         "value": value, "ci_low": value - half, "ci_high": value + half,
-        "predicted": [TRICKY if i == 3 else "1 (docs/theory.md#x)" for i in range(n)],
+        "predicted": [TRICKY if i == 3 else "1 (the theory)" for i in range(n)],
         "predicted_value": value * rng.uniform(0.5, 1.5, n),
         "p_value": 10.0 ** rng.uniform(-12, 0, n), "p_holm": np.where(rng.random(n) < 0.2, np.nan, rng.random(n)),
         "verdict_unadjusted": [verdicts[i % 5] for i in range(n)], "verdict": [verdicts[(i + 1) % 5] for i in range(n)],
