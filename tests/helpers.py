@@ -133,7 +133,8 @@ def theta(rows: pd.DataFrame) -> np.ndarray:
 
 @contextlib.contextmanager
 def without_compiler(monkeypatch, tmp_path, library):
-    """A native kernel's cached loader ``library`` (largeprompt.kernel.native*.library) called with no C compiler and
+    """A native kernel's cached loader ``library`` (largeprompt.icl.engine.native_step.library,
+    largeprompt.kernel.native_moments.library) called with no C compiler and
     an empty cache: yields (what it returned, the warnings it gave); its cache is cleared before and after."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))

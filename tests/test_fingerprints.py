@@ -29,9 +29,9 @@ def test_a_rule_reaches_only_the_code_it_runs():
 
 def test_the_c_code_a_module_compiles_counts_as_its_source_constant(tmp_path):
     """The native readout's C text is part of C_SOURCE's definition, so editing it reruns the training rules."""
-    assert "C_SOURCE" in reached(SCRIPTS / "train.py")["largeprompt.kernel.native"]
-    kernel = REPO / "src" / "largeprompt" / "kernel"
-    shutil.copy(kernel / "native.py", tmp_path / "native.py")
+    assert "C_SOURCE" in reached(SCRIPTS / "train.py")["largeprompt.icl.engine.native_step"]
+    kernel = REPO / "src" / "largeprompt" / "icl" / "engine"
+    shutil.copy(kernel / "native_step.py", tmp_path / "native.py")
     (tmp_path / "stacked_readout.c").write_text((kernel / "stacked_readout.c").read_text())
     before = parse_module("copy.before", tmp_path / "native.py").units  # parse_module is cached per (name, path)
     (tmp_path / "stacked_readout.c").write_text((kernel / "stacked_readout.c").read_text() + "\n/* edited */\n")

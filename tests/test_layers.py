@@ -125,3 +125,46 @@ def test_a_cycle_is_caught():
     graph = {"largeprompt.icl.a": {"largeprompt.icl.b"}, "largeprompt.icl.b": {"largeprompt.icl.c"},
              "largeprompt.icl.c": {"largeprompt.icl.a"}, "largeprompt.icl.d": {"largeprompt.icl.a"}}
     assert cycles(graph) == [["largeprompt.icl.a", "largeprompt.icl.b", "largeprompt.icl.c"]]
+
+
+# the training engine's rooms (src/largeprompt/icl/engine/__init__.py), each importing only those before it
+ENGINE = ["native_step", "stacked", "tuning", "runs", "loop", "protocol", "status", "run_log", "job"]
+
+
+def engine_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the engine's rooms that go to a room listed after the importer (or to one not listed)."""
+    prefix, out = "largeprompt.icl.engine.", []
+    for module, targets in graph.items():
+        if not module.startswith(prefix):
+            continue
+        own = module[len(prefix):].split(".")[0]
+        for target in targets:
+            if target.startswith(prefix):
+                other = target[len(prefix):].split(".")[0]
+                if own not in ENGINE or other not in ENGINE or ENGINE.index(other) >= ENGINE.index(own):
+                    out.append(f"{module} imports {target}: not a room listed before it")
+    return out
+
+
+def test_the_engine_rooms_import_in_their_order():
+    graph = import_graph()
+    rooms = {m.rsplit(".", 1)[-1] for m in graph if m.startswith("largeprompt.icl.engine.")}
+    assert rooms == set(ENGINE), rooms ^ set(ENGINE)  # every room is listed, and only rooms
+    assert engine_violations(graph) == []
+    assert engine_violations({"largeprompt.icl.engine.stacked": {"largeprompt.icl.engine.loop"}})  # the rule can fail
+
+
+def test_c_sources_include_only_system_headers_and_are_built_by_a_module_beside_them():
+    """Native code: a .c or .h file includes only system headers (the shared vector_math.h is put in front of each
+    source by largeprompt.kernel.native_build, never included), and every .c file is named by a ``*_SOURCE``
+    constant of a module in its own folder (so its text is fingerprinted, docs/architecture.md#fingerprints)."""
+    import re
+
+    sources = sorted(SRC.rglob("*.c")) + sorted(SRC.rglob("*.h"))
+    assert sources
+    for path in sources:
+        for include in re.findall(r'^\s*#\s*include\s+(\S+)', path.read_text(), flags=re.M):
+            assert include.startswith("<") and include.endswith(">"), f"{path.name} includes {include}"
+    for path in SRC.rglob("*.c"):
+        named = [m for m in path.parent.glob("*.py") if re.search(rf'_SOURCE\s*=\s*"{re.escape(path.name)}"', m.read_text())]
+        assert named, f"{path.relative_to(SRC)} is named by no *_SOURCE constant beside it"

@@ -1,4 +1,4 @@
-"""The native softmax readout (largeprompt.kernel.native, docs/performance.md#native-readout) against a float64
+"""The native softmax readout (largeprompt.icl.engine.native_step, docs/performance.md#native-readout) against a float64
 reference, its overflow and NaN behaviour, the engine's native plan against autograd, and its absence."""
 import math
 
@@ -8,9 +8,9 @@ import torch
 from helpers import without_compiler
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
+from largeprompt.icl.engine import native_step as native
 from largeprompt.icl.engine import stacked, tuning
 from largeprompt.icl.task import RegressionTask
-from largeprompt.kernel import native
 from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import gamma
 

@@ -127,21 +127,22 @@ def _changed_config(work, folder, path, value) -> str:
 RATE_FIGURES = {"plot_output_concentration", "plot_gradient_concentration", "plot_rate_exponent"}
 TRAINING = {"train", "summarize_training", "plot_training_vs_prompt_length", "plot_trajectory_transfer"}
 BEYOND = {"summarize_beyond_gaussian", "plot_beyond_gaussian"}  # beyond_gaussian keeps train's lr and transfer's lr
-# every change that rebuilds a summary table also re-reads the run as claims (evaluate_claims)
+# every change that rebuilds a summary table also re-reads the run as claims (evaluate_claims) and its numbers.tex
+LEDGER = {"evaluate_claims", "write_numbers", "all"}
 CHANGES = [
-    (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", "evaluate_claims", "all"}),
-    (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", "evaluate_claims", "all"}),
-    (("concentration", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),
+    (("affine_limit", "n_prompts"), 21, {"simulate_affine_limit", "plot_affine_limit", *LEDGER}),
+    (("affine_limit", "ray", "n_points"), 7, {"make_affine_limit_queries", "simulate_affine_limit", "plot_affine_limit", *LEDGER}),
+    (("concentration", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, *LEDGER}),
     (("concentration", "n_repetitions"), 300, {"simulate_concentration_errors", "collect_concentration_errors",
-                                               "estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),
-    (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", "evaluate_claims", "all"}),
-    (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, "evaluate_claims", "all"}),  # the deprecated section
-    (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", "evaluate_claims", "all"}),
-    (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, "evaluate_claims", "all"}),
-    (("train", "horizon"), 5, {"full_model_flow", *TRAINING, "evaluate_claims", "all"}),
+                                               "estimate_concentration_rates", *RATE_FIGURES, *LEDGER}),
+    (("fixed_query_bound", "deltas"), [0.1, 0.02], {"simulate_fixed_query_bound", "plot_fixed_query_bound", *LEDGER}),
+    (("bounds", "n_bootstrap"), 60, {"estimate_concentration_rates", *RATE_FIGURES, *LEDGER}),  # the deprecated section
+    (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", *LEDGER}),
+    (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, *LEDGER}),
+    (("train", "horizon"), 5, {"full_model_flow", *TRAINING, *LEDGER}),
     (("transfer", "lr"), 0.04, {"train_transfer", "trajectory_gap", "plot_trajectory_transfer", "transfer_beyond_gaussian",
-                                *BEYOND, "evaluate_claims", "all"}),
-    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, "evaluate_claims", "all"}),
+                                *BEYOND, *LEDGER}),
+    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, *LEDGER}),
     (("device",), "cpu", set()),
     (("threads_per_job",), 2, set()),
     (("train", "checkpoint_every"), 7, set()),

@@ -4,9 +4,9 @@ import torch
 
 from largeprompt.core.seeding import stream_generator
 from largeprompt.icl import models
+from largeprompt.icl.engine import native_step as native
 from largeprompt.icl.engine import stacked
 from largeprompt.icl.task import RegressionTask
-from largeprompt.kernel import native
 from largeprompt.maths.measures import toeplitz_covariance
 from tolerance import sum_tolerance
 
@@ -125,3 +125,21 @@ def test_bounded_measures_draw_no_frame():
     task = RegressionTask(torch.eye(3, dtype=torch.float64), 0.5, 0.2, "rademacher")
     *_, frame = task.sample_whitened(4, 5, stream_generator(10, "test/whitened"))
     assert frame is None
+
+
+def test_sgd_update_is_one_plain_step_and_a_zero_rate_freezes_even_a_non_finite_gradient():
+    """models.sgd_update: θ − lr·g in place, per run with lr [R, 1, 1]; a run at lr 0 keeps its weights exactly even
+    where its gradient is inf or NaN (0·inf would be NaN)."""
+    from largeprompt.icl import models
+
+    w = torch.arange(12, dtype=torch.float64).view(3, 2, 2)
+    g = torch.full_like(w, 0.5)
+    g[1] = float("inf")
+    g[2, 0, 0] = float("nan")
+    lr = torch.tensor([0.1, 0.0, 0.0], dtype=torch.float64).view(-1, 1, 1)
+    before = w.clone()
+    models.sgd_update([w], [g], lr)
+    assert torch.equal(w[0], before[0] - 0.1 * g[0]) and torch.equal(w[1:], before[1:])
+    v = torch.ones(4, dtype=torch.float64)
+    models.sgd_update([v], [torch.full_like(v, 2.0)], 0.25)
+    assert torch.equal(v, torch.full_like(v, 0.5))

@@ -27,10 +27,7 @@ def limit_step(states: dict, query, beta, target, task: RegressionTask, lr: floa
     loss = sum(models.mse(models.limit_readout(query, beta, *models.attention_parameters(*w), task, key[0]), target)
                for key, w in zip(states, weights))
     flat = [w for ws in weights for w in ws]
-    grads = torch.autograd.grad(loss, flat)
-    with torch.no_grad():
-        for w, g in zip(flat, grads):
-            w -= lr * g
+    models.sgd_update(flat, torch.autograd.grad(loss, flat), lr)
 
 
 def coupled_runs(runs: pd.DataFrame, task: RegressionTask, base_seed: int, lr: float, batch_size: int,

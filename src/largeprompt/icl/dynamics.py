@@ -220,10 +220,7 @@ def reduced_model_sgd(task: RegressionTask, v0: float, A0, prompt_length: int, l
         (v, A), (vc, Ac) = runs
         loss = models.mse(models.readout(query, prompt, *reduced_attention(v, A), "softmax"), target)
         loss = loss + models.mse(models.limit_readout(query, beta, *reduced_attention(vc, Ac), task, "softmax"), target)
-        grads = torch.autograd.grad(loss, [v, A, vc, Ac])
-        with torch.no_grad():
-            for w, g in zip((v, A, vc, Ac), grads):
-                w -= lr * g
+        models.sgd_update((v, A, vc, Ac), torch.autograd.grad(loss, [v, A, vc, Ac]), lr)
     out = [np.array(logged_steps)]
     for r in range(2):
         out += [np.array([row[r][0] for row in logged]), np.stack([row[r][1] for row in logged])]

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from largeprompt.icl import tilted_readout
 from largeprompt.maths.measures import make_measure
 
 MODELS = ("softmax", "linear")
@@ -42,38 +43,30 @@ def attention_parameters(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: t
 
 
 class _TiltedReadout(torch.autograd.Function):
-    """ŷ_b = Σᵢ p_bi wᵢ with sᵢ = zᵢᵀa_b, wᵢ = zᵢᵀu, p = softmax(s) or s/L, and its analytic backward.
-
-    Two passes over the prompt per step, forward and backward, and nothing of size [B, L, D] is
-    saved beyond the prompt itself (README.md, "Performance"). Gradients, with g = ∂ℓ/∂ŷ:
-      softmax: ∇a_b = g_b Σᵢ p_bi (wᵢ − ŷ_b) zᵢ,  ∇u = Σ_b g_b Σᵢ p_bi zᵢ;
-      linear:  ∇a_b = g_b Σᵢ wᵢ zᵢ / L,            ∇u = Σ_b g_b Σᵢ sᵢ zᵢ / L.
-    Checked against autograd through the naive Q/K/V/O model (tests/test_training.py).
-    """
+    """ŷ_b = Σᵢ p_bi wᵢ with sᵢ = zᵢᵀa_b, wᵢ = zᵢᵀu, p = softmax(s) or s/L, and its analytic backward: one run of
+    :mod:`largeprompt.icl.readout` (the one definition of the readout and its gradient moments). With g = ∂ℓ/∂ŷ,
+    ∇a_b = g_b ∂ŷ_b/∂a_b and ∇u = Σ_b g_b ∂ŷ_b/∂u. Checked against autograd through the naive Q/K/V/O model
+    (tests/test_training.py)."""
 
     @staticmethod
     def forward(ctx, a, u, prompt, softmax: bool):
-        # a [B, D], u [D], prompt [B, L, D]
-        sw = torch.stack([a, u.expand_as(a)], dim=-2) @ prompt.mT  # [B, 2, L]  rows (sᵢ), (wᵢ), contiguous
-        scores, values = sw[:, 0], sw[:, 1]
-        weights = torch.softmax(scores, dim=-1) if softmax else scores / prompt.shape[-2]  # [B, L]
-        prediction = (weights * values).sum(-1)  # [B]
-        ctx.save_for_backward(prompt, weights, values, prediction)
-        ctx.softmax = softmax
-        return prediction
+        # a [B, D], u [D], prompt [B, L, D]: one run (R = 1)
+        a, u = a.unsqueeze(1), u.unsqueeze(0)
+        if not any(ctx.needs_input_grad[:2]):
+            if softmax:
+                return tilted_readout.softmax_prediction(tilted_readout.softmax_columns(a, u, 1, False), prompt, 1, False)[:, 0]
+            return tilted_readout.linear_readout(a, u, tilted_readout.second_moment(prompt))[0][:, 0]
+        if softmax:
+            prediction, for_a, for_u = tilted_readout.softmax_readout(tilted_readout.softmax_columns(a, u, 1, False), prompt, u, 1, False)
+        else:
+            prediction, for_a, for_u = tilted_readout.linear_readout(a, u, tilted_readout.second_moment(prompt))
+        ctx.save_for_backward(for_a[:, 0], for_u[:, 0])
+        return prediction[:, 0]
 
     @staticmethod
     def backward(ctx, grad_prediction):
-        prompt, weights, values, prediction = ctx.saved_tensors
-        if ctx.softmax:
-            mix = torch.stack([weights * (values - prediction.unsqueeze(-1)), weights], dim=-2)  # [B, 2, L]
-        else:
-            L = prompt.shape[-2]
-            mix = torch.stack([values / L, weights], dim=-2)  # [B, 2, L]; weights = s/L
-        moments = mix @ prompt  # [B, 2, D]
-        grad_a = grad_prediction.unsqueeze(-1) * moments[:, 0]  # [B, D]
-        grad_u = grad_prediction @ moments[:, 1]  # [D]
-        return grad_a, grad_u, None, None
+        for_a, for_u = ctx.saved_tensors  # [B, D] each
+        return grad_prediction.unsqueeze(-1) * for_a, grad_prediction @ for_u, None, None
 
 
 def readout(query: torch.Tensor, prompt: torch.Tensor, U: torch.Tensor, u: torch.Tensor, model: str) -> torch.Tensor:
@@ -127,6 +120,19 @@ def predict_naive(params: dict[str, torch.Tensor], query: torch.Tensor, prompt: 
 def mse(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The training loss: mean squared error (docs/theory.md#icl-task)."""
     return ((prediction - target) ** 2).mean()
+
+
+def sgd_update(weights, grads, lr) -> None:
+    """Plain SGD, θ ← θ − lr ∇ℓ, in place on each weight: the one update of every trainer (the engine's torch step,
+    the reduced model, the coupled L = ∞ runs; the native step is its twin, docs/theory.md#sgd-stability). ``lr``: a
+    number, or a tensor broadcast against each weight (per run: [R, 1, 1]), where 0 leaves a weight exactly as it is
+    even if its gradient is not finite (a frozen, diverged run)."""
+    with torch.no_grad():
+        for w, g in zip(weights, grads):
+            step = lr * g
+            if torch.is_tensor(lr) and bool((lr == 0).any()):
+                step = torch.where(lr == 0, torch.zeros((), dtype=step.dtype, device=step.device), step)
+            w.sub_(step)
 
 
 def flatten(params: dict[str, torch.Tensor]) -> torch.Tensor:

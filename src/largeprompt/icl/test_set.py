@@ -44,7 +44,7 @@ def load_test_set(frame: pd.DataFrame, prompt_length: int | None = None, dtype=t
                   feature_major: bool = False):
     """(query [N, D], prompt [N, L, D], target [N]) from the long-format test set, first L tokens, on ``device``;
     ``feature_major``: the prompt stored feature by feature, as the engine draws its batches (its native readout
-    reads that layout, :func:`largeprompt.kernel.native.supports`)."""
+    reads that layout, :func:`largeprompt.icl.engine.native_step.supports`)."""
     frame = frame.sort_values(["prompt", "token_index"])
     xcols = sorted((c for c in frame.columns if c.startswith("x")), key=lambda c: int(c[1:]))
     n = frame["prompt"].nunique()

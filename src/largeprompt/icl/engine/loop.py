@@ -142,13 +142,7 @@ class PromptLengthTrainer:
         loss, grads = stacked.loss_and_gradients(sub, query, prompt, target, plan, frame)
         values = loss.double().cpu()
         diverged = ~torch.isfinite(values) | (values > self.threshold)
-        lr = torch.where(diverged, 0.0, rates).to(dtype=self.dtype, device=self.stack.Q.device).view(-1, 1, 1)
-        for name in ("Q", "K", "V", "O"):
-            old = getattr(sub, name)
-            new = old - lr * grads[name]
-            if bool(diverged.any()):  # 0·inf is NaN: keep the old weights outright
-                new = torch.where(lr == 0, old, new)
-            setattr(sub, name, new)
+        stacked.sgd_step(sub, grads, torch.where(diverged, 0.0, rates).to(dtype=self.dtype, device=self.stack.Q.device))
         return loss, diverged
 
     def run(self, test_set, *, checkpoint=None, checkpoint_every: int = 0, key_extra: dict | None = None,

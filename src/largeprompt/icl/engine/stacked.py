@@ -21,7 +21,7 @@ A marginal linear run costs O(B D²) per step, a marginal softmax run two rows a
 (max, exp, e·w). The softmax rows go through in blocks of prompts (a :class:`Plan`, tuned per machine by
 :mod:`largeprompt.icl.engine.tuning`, capped by BLOCK_ELEMENTS), so that they stay in cache and memory stays
 bounded; everything else is computed once for the whole batch. Where the plan says ``readout=native``
-(:mod:`largeprompt.kernel.native`, docs/performance.md#native-readout) the same sums come from one C pass over
+(:mod:`largeprompt.icl.engine.native_step`, docs/performance.md#native-readout) the same sums come from one C pass over
 each prompt, and :func:`native_step` does the whole SGD step there. A whitened batch (tokens z = T z') is read
 through U' = TᵀU and u' = Tᵀu (docs/experiments.md#whitened-draw).
 Checked against autograd through the naive Q/K/V/O model (tests/test_stacked.py, tests/test_native_readout.py).
@@ -34,10 +34,9 @@ from dataclasses import dataclass
 
 import torch
 
-from largeprompt.icl import models
-from largeprompt.kernel import native as native_kernel  # not "native": Plan has a field of that name
+from largeprompt.icl import models, tilted_readout
+from largeprompt.icl.engine import native_step as native_kernel  # not "native": Plan has a field of that name
 
-LOG2E = 1.0 / math.log(2.0)
 BLOCK_ELEMENTS = 1 << 22  # the rows of one block of prompts, [block, 2R, L], hold at most this many numbers
 
 
@@ -86,64 +85,11 @@ def _attention_in_order(stack: RunStack):
     return (U, u, back, S) if order is None else (U[order], u[order], back, S)
 
 
-def _tilts(query, U):
-    """a [B, R, D]: a_rb = U_r q_b."""
-    R, D, _ = U.shape
-    return (query @ U.reshape(R * D, D).T).view(-1, R, D)
-
-
-def _columns(a, u, S: int, base2: bool):
-    """The softmax runs' columns [B, 2S, D]: a_r (times log₂e if ``base2``), then u_r; rows = columns · promptᵀ are
-    their scores s_r = prompt a_r and values w_r = prompt u_r, in one batched product."""
-    B, _, D = a.shape
-    tilt = a[:, :S] * LOG2E if base2 else a[:, :S]
-    return torch.cat([tilt, u[:S].expand(B, S, D)], dim=1)
-
-
-def _exponentiate(rows, S: int, base2: bool = False):
-    """In place: the S softmax score rows become e = exp(s − max s) (as 2^(s' − max s') of s' = log₂e·s if
-    ``base2``); returns Z = Σᵢ eᵢ [B, S, 1]."""
-    scores = rows[:, :S]
-    scores.sub_(scores.amax(-1, keepdim=True))
-    scores.exp2_() if base2 else scores.exp_()
-    return scores.sum(-1, keepdim=True)
-
-
-def _second_moment(prompt):
-    """C = Σᵢ zᵢzᵢᵀ/L [B, D, D]: all that linear runs read from the prompt."""
-    return (prompt.mT @ prompt) / prompt.shape[1]
-
-
-def _linear_readout(a, u, C):
-    """Linear runs: ŷ = a·Cu [B, R'], and per unit ∂ℓ/∂ŷ the moments of ∇a (Σ w z/L = Cu) and ∇u (Σ s z/L = Ca)."""
-    Cu = (C @ u.T).mT  # [B, R', D]
-    return (a * Cu).sum(-1), Cu, a @ C  # C is symmetric
-
-
-def _softmax_readout(columns, prompt, u, S: int, base2: bool):
-    """Softmax runs on one block of prompts: ŷ = u·m [b, S], and per unit ∂ℓ/∂ŷ the moments of ∇a (n − ŷm) and ∇u
-    (m)."""
-    rows = columns @ prompt.mT  # [b, 2S, L]
-    Z = _exponentiate(rows, S, base2)
-    rows[:, S:].mul_(rows[:, :S])  # e·w
-    moments = (prompt.mT @ rows.mT).mT  # [b, 2S, D]: Σ e z, then Σ e w z (this orientation: 1.7x faster with MKL)
-    mean, tilted = moments[:, :S] / Z, moments[:, S:] / Z  # m, n
-    prediction = (mean * u).sum(-1)
-    return prediction, tilted - prediction.unsqueeze(-1) * mean, mean
-
-
-def _softmax_prediction(columns, prompt, S: int, base2: bool):
-    """Softmax runs on one block of prompts: ŷ = Σ e w / Z [b, S]."""
-    rows = columns @ prompt.mT
-    Z = _exponentiate(rows, S, base2)
-    return (rows[:, :S] * rows[:, S:]).sum(-1) / Z.squeeze(-1)
-
-
 @dataclass(frozen=True)
 class Plan:
     """How a step runs (results change only by round-off): ``block`` prompts at a time, the exponential by exp2 of
     log₂e-scaled scores (``base2``) or by exp, and the softmax runs' readout by torch's products or in one native
-    pass (``native``, :mod:`largeprompt.kernel.native`; it also gives the linear runs' C). Chosen per machine by
+    pass (``native``, :mod:`largeprompt.icl.engine.native_step`; it also gives the linear runs' C). Chosen per machine by
     :mod:`largeprompt.icl.engine.tuning`; written ``block=32,exp=2`` or ``block=128,exp=2,readout=native``."""
 
     block: int
@@ -200,14 +146,15 @@ def predict(stack: RunStack, query, prompt, plan: Plan | None = None) -> torch.T
     """ŷ [R, B] of every run on one batch (the softmax runs' rows in blocks of prompts: a large test set fits)."""
     if _native(plan, prompt):
         U, u = stack.attention()
-        return native_kernel.readout(prompt, _tilts(query, U), u, stack.softmax, gradients=False)[0].T
+        return native_kernel.readout(prompt, tilted_readout.tilts(query, U), u, stack.softmax, gradients=False)[0].T
     U, u, back, S = _attention_in_order(stack)
     base2 = bool(plan and plan.base2)
-    a, out = _tilts(query, U), []
+    a, out = tilted_readout.tilts(query, U), []
     if S:
-        out.append(_blockwise(lambda c, z: _softmax_prediction(c, z, S, base2), _columns(a, u, S, base2), prompt, S, plan))
+        columns = tilted_readout.softmax_columns(a, u, S, base2)
+        out.append(_blockwise(lambda c, z: tilted_readout.softmax_prediction(c, z, S, base2), columns, prompt, S, plan))
     if S < U.shape[0]:
-        out.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt))[0])
+        out.append(tilted_readout.linear_readout(a[:, S:], u[S:], tilted_readout.second_moment(prompt))[0])
     prediction = torch.cat(out, dim=1).T  # [R, B], softmax runs first
     return prediction if back is None else prediction[back]
 
@@ -216,12 +163,12 @@ def _readout_gradients(query, prompt, U, u, S: int, plan: Plan | None):
     """a [B, R, D], ŷ [B, R] and, per unit ∂ℓ/∂ŷ, the moments that ∇a and ∇u are made of: [B, R, D] each (module
     doc). Only the softmax runs go through in blocks; the linear runs read C of the whole batch."""
     base2 = bool(plan and plan.base2)
-    a, parts = _tilts(query, U), []
+    a, parts = tilted_readout.tilts(query, U), []
     if S:
-        parts.append(_blockwise(lambda c, z: _softmax_readout(c, z, u[:S], S, base2), _columns(a, u, S, base2),
+        parts.append(_blockwise(lambda c, z: tilted_readout.softmax_readout(c, z, u[:S], S, base2), tilted_readout.softmax_columns(a, u, S, base2),
                                 prompt, S, plan))
     if S < U.shape[0]:
-        parts.append(_linear_readout(a[:, S:], u[S:], _second_moment(prompt)))
+        parts.append(tilted_readout.linear_readout(a[:, S:], u[S:], tilted_readout.second_moment(prompt)))
     if len(parts) == 1:
         return parts[0]
     return tuple(torch.cat(x, dim=1) for x in zip(*parts))
@@ -259,7 +206,7 @@ def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None
     those of z (docs/experiments.md#whitened-draw)."""
     if _native(plan, prompt):  # the batch's sums in the same native call
         U, u = stack.attention()
-        loss, grad_U, grad_u = native_kernel.loss_and_gradient(prompt, _tilts(query, U), u, stack.softmax, frame, query, target)
+        loss, grad_U, grad_u = native_kernel.loss_and_gradient(prompt, tilted_readout.tilts(query, U), u, stack.softmax, frame, query, target)
     else:
         loss, grad_U, grad_u = _batch_sums(query, target, *_step_readout(stack, query, prompt, plan, frame))
     grads = {
@@ -272,7 +219,7 @@ def loss_and_gradients(stack: RunStack, query, prompt, target, plan: Plan | None
 
 
 def native_step(stack: RunStack, query, prompt, target, lr: torch.Tensor, threshold: float, frame=None, plan=None):
-    """One SGD step of every run in one native call, in place (:func:`largeprompt.kernel.native.sgd_step`): (batch
+    """One SGD step of every run in one native call, in place (:func:`largeprompt.icl.engine.native_step.sgd_step`): (batch
     MSE [R], diverged [R]), a run whose loss is not finite or above ``threshold`` left where its loss blew up; None
     where the plan or the prompt does not allow it (the caller then steps with :func:`loss_and_gradients`)."""
     weights = [getattr(stack, n) for n in models.PARAMETER_NAMES]
@@ -282,6 +229,7 @@ def native_step(stack: RunStack, query, prompt, target, lr: torch.Tensor, thresh
 
 
 def sgd_step(stack: RunStack, grads: dict[str, torch.Tensor], lr: torch.Tensor) -> None:
-    """θ_r ← θ_r − lr_r ∇ℓ_r in place; ``lr`` [R] (0 freezes a run)."""
-    for name in models.PARAMETER_NAMES:
-        getattr(stack, name).sub_(lr.view(-1, 1, 1) * grads[name])
+    """θ_r ← θ_r − lr_r ∇ℓ_r in place (:func:`largeprompt.icl.models.sgd_update`); ``lr`` [R] (0 freezes a run, even
+    where its gradient is not finite)."""
+    models.sgd_update([getattr(stack, n) for n in models.PARAMETER_NAMES], [grads[n] for n in models.PARAMETER_NAMES],
+                      lr.view(-1, 1, 1))

@@ -27,8 +27,8 @@ import warnings
 import torch
 
 from largeprompt.icl import models
-from largeprompt.icl.engine import stacked
-from largeprompt.kernel import autotune, native
+from largeprompt.icl.engine import native_step, stacked
+from largeprompt.kernel import autotune
 from largeprompt.kernel.kernel_cache import cache_file, cached_or_tuned
 
 ENV_PLAN = "LARGEPROMPT_TRAINING_PLAN"
@@ -49,11 +49,11 @@ def regime_key(n_softmax: int, prompt_length: int, batch: int, dim: int, dtype, 
 
 def candidates(n_softmax: int, batch: int) -> list[stacked.Plan]:
     """Every block up to the batch, in both bases (linear runs only: no exponential), and the native readout where
-    this machine builds it (:mod:`largeprompt.kernel.native`; it streams every prompt: no blocks, base 2)."""
+    this machine builds it (:mod:`largeprompt.icl.engine.native_step`; it streams every prompt: no blocks, base 2)."""
     blocks = [b for b in BLOCKS if b < batch] + [batch]
     bases = (False, True) if n_softmax else (False,)
     plans = [stacked.Plan(b, base2) for b in blocks for base2 in bases]
-    return plans + ([stacked.Plan(batch, bool(n_softmax), native=True)] if native.library() is not None else [])
+    return plans + ([stacked.Plan(batch, bool(n_softmax), native=True)] if native_step.library() is not None else [])
 
 
 def time_plans(plans, n_softmax: int, prompt_length: int, batch: int, dim: int, dtype) -> dict[stacked.Plan, float]:

@@ -1,4 +1,6 @@
-"""The native readout of the stacked engine (``stacked_readout.c``; docs/performance.md#native-readout).
+"""The native readout and SGD step of the stacked engine (``stacked_readout.c``; docs/performance.md#native-readout):
+the accelerated twin of :mod:`largeprompt.icl.tilted_readout` and :func:`largeprompt.icl.models.sgd_update`, tested
+equal to them (tests/test_native_readout.py).
 
 One pass over each prompt gives every run's prediction and the two moments its gradient is made of (softmax runs:
 m = Σ e z / Z and n − ŷm with n = Σ e w z / Z; linear runs: Cu and Ca from C = Σ z zᵀ / L), in the stack's order
@@ -31,7 +33,7 @@ def library() -> ctypes.CDLL | None:
     sgd = {dtype: [_P, _I64, _I64, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, real, _P, _P]
            for dtype, real in ((torch.float32, ctypes.c_float), (torch.float64, ctypes.c_double))}
     return native_build.load(C_SOURCE, {**{name: readout for name in ENTRY.values()},
-                                        **{SGD_ENTRY[dtype]: args for dtype, args in sgd.items()}})
+                                        **{SGD_ENTRY[dtype]: args for dtype, args in sgd.items()}}, __package__)
 
 
 def supports(prompt: torch.Tensor) -> bool:
