@@ -141,9 +141,9 @@ def test_the_paper_beyond_gaussian_stage_has_every_flow_run_and_transfer_job(mon
     for job in jobs:
         by_stage.setdefault(job.stage, []).append(job)
     measures = b["token_measures"]
-    assert len(by_stage["beyond_gaussian_flow"]) == len({"gaussian", *measures})
+    assert len(by_stage["flow_beyond_gaussian"]) == len({"gaussian", *measures})
     assert all(j.seconds == pytest.approx(len(b["train"]["seeds"]) * (2.0 + 0.5 * b["train"]["horizon"]))
-               for j in by_stage["beyond_gaussian_flow"])
+               for j in by_stage["flow_beyond_gaussian"])
     r6 = by_stage["train_beyond_gaussian"]
     assert [j.name for j in r6] == [f"train_beyond_gaussian measure={m} L={L}" for m in measures
                                     for L in b["train"]["prompt_lengths"]]
@@ -151,16 +151,16 @@ def test_the_paper_beyond_gaussian_stage_has_every_flow_run_and_transfer_job(mon
     L = b["train"]["prompt_lengths"][-1]
     want = steps * (1e-3 + 5e-6 * L) + (b["train"]["n_log"] + 1) * b["n_test"] / 1000 * (1e-2 + 1e-5 * L)
     assert r6[len(b["train"]["prompt_lengths"]) - 1].seconds == pytest.approx(want, rel=rounding_tolerance(10, 1.0))
-    assert all(j.after == ("beyond_gaussian_flow",) for j in r6)
-    transfer = {**config["transfer"], **b["transfer"]}
+    assert all(j.after == ("flow_beyond_gaussian",) for j in r6)
+    transfer = {**config["trajectory_transfer"], **b["trajectory_transfer"]}
     one = sum(transfer["horizon"] / transfer["lr"] * (1e-3 + 5e-6 * L)
               + (transfer["n_log"] + 1) * b["n_test"] / 1000 * (1e-2 + 1e-5 * L) for L in transfer["prompt_lengths"])
-    assert [j.seconds for j in by_stage["transfer_beyond_gaussian"]] == pytest.approx([one] * len(measures))
+    assert [j.seconds for j in by_stage["train_trajectory_transfer_beyond_gaussian"]] == pytest.approx([one] * len(measures))
     floor = sum(transfer["horizon"] / transfer["lr"] * (1e-4 + 1e-6 * L) for L in transfer["prompt_lengths"])
-    assert [j.floor for j in by_stage["transfer_beyond_gaussian"]] == pytest.approx([floor] * len(measures))
+    assert [j.floor for j in by_stage["train_trajectory_transfer_beyond_gaussian"]] == pytest.approx([floor] * len(measures))
     assert [t["token_measure"] for t in tasks] == [m for m in measures for _ in range(2)]
     assert all(t["dim"] == b["dim"] and t["covariance_rho"] == 0.0 for t in tasks)
-    assert by_stage["summarize_beyond_gaussian"][0].after == ("train_beyond_gaussian", "transfer_beyond_gaussian")
+    assert by_stage["summarize_beyond_gaussian"][0].after == ("train_beyond_gaussian", "train_trajectory_transfer_beyond_gaussian")
 
 
 def test_report_lines_have_one_line_per_stage_a_total_and_the_floors(monkeypatch):

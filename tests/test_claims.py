@@ -94,7 +94,7 @@ def _train(linear_offset: float, softmax_a: float) -> pd.DataFrame:
 def _tables(p_raw: float, linear_offset: float) -> dict[str, pd.DataFrame]:
     """Tables with the columns the claims read: p_raw > 1 makes R4 disagree, linear_offset ≥ 1% R6.linear."""
     return {"train/training_prompt_lengths.parquet": _train(linear_offset, 1.0),
-            "transfer/trajectory_gaps.parquet": _gaps(p_raw, 1.05)}
+            "trajectory_transfer/gaps.parquet": _gaps(p_raw, 1.05)}
 
 
 def _by_id(frame):
@@ -132,11 +132,11 @@ def test_r4_without_floors_fits_the_floor():
                          "status": "ok", "floor": np.nan, "floor_threshold": np.nan, "corrected_distance": np.nan,
                          "one": (10 + s) / L * noise + 0.004, "steep": (10 + s) / L**1.3 * noise + 0.0004})
     frame = pd.DataFrame(rows)
-    one = _by_id(ledger.evaluate({"transfer/trajectory_gaps.parquet": frame.assign(sup_distance=frame["one"])}.get))
+    one = _by_id(ledger.evaluate({"trajectory_transfer/gaps.parquet": frame.assign(sup_distance=frame["one"])}.get))
     # one noisy draw: its test may reject at 5% by chance, never at 0.1% (the size is measured in test_calibration)
     assert one.loc["R4/reduced_model", "p_value"] > 1e-3
     assert abs(one.loc["R4/reduced_model", "value"] - 1.0) < 0.1  # the bracket's midpoint
-    steep = _by_id(ledger.evaluate({"transfer/trajectory_gaps.parquet": frame.assign(sup_distance=frame["steep"])}.get))
+    steep = _by_id(ledger.evaluate({"trajectory_transfer/gaps.parquet": frame.assign(sup_distance=frame["steep"])}.get))
     assert steep.loc["R4/reduced_model", "verdict"] == v.DISAGREES
 
 

@@ -111,6 +111,23 @@ def test_the_deprecated_bounds_section_is_read_as_its_new_sections():
     assert not migrate_deprecated(config, warn=messages.append) and len(messages) == 1  # nothing left to move
 
 
+def test_the_old_transfer_sections_are_read_as_trajectory_transfer():
+    """R4's old config sections ``transfer`` and ``beyond_gaussian.transfer`` still work, once each, merged into
+    ``trajectory_transfer`` (the old file's keys win, the defaults keep the rest), with a message naming the new key."""
+    config, messages = _default(), []
+    config["transfer"] = {"lr": 0.02, "seeds": [0, 1]}
+    config["beyond_gaussian"]["transfer"] = {"batch_size": 512}
+    assert migrate_deprecated(config, warn=messages.append)
+    assert len(messages) == 2 and "'trajectory_transfer'" in messages[0] and "'transfer'" in messages[0]
+    assert "'beyond_gaussian.trajectory_transfer'" in messages[1]
+    assert "transfer" not in config and "transfer" not in config["beyond_gaussian"]
+    section, default = config["trajectory_transfer"], _default()["trajectory_transfer"]
+    assert section["lr"] == 0.02 and section["seeds"] == [0, 1] and section["horizon"] == default["horizon"]
+    assert config["beyond_gaussian"]["trajectory_transfer"]["batch_size"] == 512
+    check_config(config, SCHEMA)
+    assert not migrate_deprecated(config, warn=messages.append) and len(messages) == 2
+
+
 @pytest.mark.parametrize("section", ["concentration", "affine_limit"])
 def test_a_renamed_key_is_read_under_its_new_name(section):
     """``<section>.measures`` (renamed ``token_measures``) still works, once, with a message naming the new key; a
@@ -139,13 +156,13 @@ def test_snakemake_refuses_invalid_config_before_any_job(tmp_path):
 def test_numbers_in_scientific_notation_are_read_as_numbers():
     """YAML 1.1 reads `1e-3` as a string; the config reads it as the number people mean."""
     config = _default()
-    overlay = yaml.safe_load("train:\n  lr: 1e-3\n  final_lr: 1e-4\n  divergence_threshold: 1e4\ntransfer:\n  batch_size: 1e3\n")
+    overlay = yaml.safe_load("train:\n  lr: 1e-3\n  final_lr: 1e-4\n  divergence_threshold: 1e4\ntrajectory_transfer:\n  batch_size: 1e3\n")
     assert isinstance(overlay["train"]["lr"], str)  # the YAML 1.1 behaviour this guards against
     for section, values in overlay.items():
         config[section].update(values)
     check_config(config, SCHEMA)
-    assert config["train"]["lr"] == 0.001 and config["transfer"]["batch_size"] == 1000
-    assert isinstance(config["transfer"]["batch_size"], int)
+    assert config["train"]["lr"] == 0.001 and config["trajectory_transfer"]["batch_size"] == 1000
+    assert isinstance(config["trajectory_transfer"]["batch_size"], int)
     config["train"]["lr"] = "fast"
     with pytest.raises(ConfigError, match=r"'train.lr' = \"fast\""):
         check_config(config, SCHEMA)

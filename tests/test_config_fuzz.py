@@ -97,7 +97,7 @@ CROSS_KEY = [
     ("train.decay_start", {"train": {"decay_start": 0.8, "decay_end": 0.6}}),
     ("train.final_lr", {"train": {"final_lr": 0.5, "lr": 0.01}}),
     ("train.replicate_seeds", {"train": {"replicate_seeds": [99]}}),
-    ("beyond_gaussian.transfer.replicate_seeds", {"beyond_gaussian": {"transfer": {"replicate_seeds": [99]}}}),
+    ("beyond_gaussian.trajectory_transfer.replicate_seeds", {"beyond_gaussian": {"trajectory_transfer": {"replicate_seeds": [99]}}}),
     ("icl.covariance_rho", {"icl": {"token_measure": "uniform"}}),
     ("init_dependence.n_folds", {"init_dependence": {"n_folds": 10, "n_seeds": 8}}),
     ("concentration.log2_max_prompt_length", {"concentration": {"log2_min_prompt_length": 10, "log2_max_prompt_length": 11}}),

@@ -26,7 +26,7 @@ from largeprompt.stages.simulate_affine_limit import simulate_affine_limit
 from largeprompt.stages.simulate_concentration_errors import simulate_concentration_errors
 from largeprompt.stages.simulate_fixed_query_bound import simulate_fixed_query_bound
 from largeprompt.stages.train import train
-from largeprompt.stages.train_transfer import train_transfer
+from largeprompt.stages.train_trajectory_transfer import train_trajectory_transfer
 
 CPU = Runtime(device="cpu")
 
@@ -66,7 +66,7 @@ def test_every_compute_rule_hands_its_stage_the_runtime_device():
     """
     rules = compute_rules()
     assert {"simulate_affine_limit", "simulate_concentration_errors", "simulate_fixed_query_bound", "train",
-            "train_transfer"} <= set(rules)
+            "train_trajectory_transfer"} <= set(rules)
     for name, rule in rules.items():
         keys = {value.key if isinstance(value, Setting) else key for key, value in rule.params.items()}
         assert not any(k == "device" or k.endswith(".device") or "device" in k.split("__") for k in keys), (name, keys)
@@ -82,10 +82,10 @@ def test_runtime_settings_read_the_device_from_the_config():
     assert runtime_settings(SimpleNamespace(config={}, threads=1)) == Runtime()
 
 
-@pytest.mark.parametrize("rule", ["train_transfer", "transfer_beyond_gaussian"])
+@pytest.mark.parametrize("rule", ["train_trajectory_transfer", "train_trajectory_transfer_beyond_gaussian"])
 def test_transfer_jobs_checkpoint_at_their_own_cadence(rule):
-    """The R4 transfer jobs run a few hundred long steps: transfer.checkpoint_every, not train's (runtime keys both)."""
-    config = {"train": {"checkpoint_every": 10000}, "transfer": {"checkpoint_every": 20}}
+    """The R4 transfer jobs run a few hundred long steps: trajectory_transfer.checkpoint_every, not train's (runtime keys both)."""
+    config = {"train": {"checkpoint_every": 10000}, "trajectory_transfer": {"checkpoint_every": 20}}
     assert runtime_settings(SimpleNamespace(config=config, threads=1, rule=rule)).checkpoint_every == 20
     assert runtime_settings(SimpleNamespace(config=config, threads=1, rule="train")).checkpoint_every == 10000
 
@@ -106,9 +106,9 @@ def _training_stages(tmp_path, out):
     train({"test_set": tmp_path / "t.parquet", "flows": [tmp_path / "flow0.parquet"]}, {"trajectories": tmp_path / "r.parquet"},
           {"prompt_length": 12, "seed": 1, "icl": ICL, "train": section}, runtime=Runtime(device="cpu", checkpoint_every=2))
     out["train"] = pd.read_parquet(tmp_path / "r.parquet")
-    train_transfer({"test_set": tmp_path / "t.parquet"}, {"trajectories": tmp_path / "x.parquet"},
-                   {"prompt_length": 12, "seed": 1, "icl": ICL, "transfer": RUNS}, runtime=CPU)
-    out["train_transfer"] = pd.read_parquet(tmp_path / "x.parquet")
+    train_trajectory_transfer({"test_set": tmp_path / "t.parquet"}, {"trajectories": tmp_path / "x.parquet"},
+                   {"prompt_length": 12, "seed": 1, "icl": ICL, "trajectory_transfer": RUNS}, runtime=CPU)
+    out["train_trajectory_transfer"] = pd.read_parquet(tmp_path / "x.parquet")
 
 
 def _run_stages(tmp_path):
@@ -152,7 +152,7 @@ def test_compute_stages_put_every_tensor_on_the_configured_device(tmp_path):
     reference = _run_stages(tmp_path / "plain")
     with default_device("meta"):
         strict = _run_stages(tmp_path / "meta")
-    assert set(reference) == {"affine_limit", "errors", "fixed_query", "train", "train_transfer"}
+    assert set(reference) == {"affine_limit", "errors", "fixed_query", "train", "train_trajectory_transfer"}
     for name, frame in reference.items():
         assert len(frame), name
         pd.testing.assert_frame_equal(strict[name], frame, check_exact=True, obj=name)

@@ -1,5 +1,5 @@
 """Stages of the in-context regression pipeline called by hand with the nested params the rules pass
-(workflow/rules/icl.smk, infinite.smk, train.smk, transfer.smk): test set, reference risks, flows, training, summaries, R4 gaps.
+(workflow/rules/icl.smk, infinite.smk, train.smk, trajectory_transfer.smk): test set, reference risks, flows, training, summaries, R4 gaps.
 """
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import theta
-from largeprompt.icl import dynamics, transfer_gaps
+from largeprompt.icl import dynamics, trajectory_transfer
 from largeprompt.icl.engine.runs import initial_parameters
 from largeprompt.icl.full_model_risk import full_model_risk
 from largeprompt.icl.risks import optimal_linear_attention_risk
@@ -19,14 +19,14 @@ from largeprompt.io.checkpoints import Checkpoint
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.io.pipeline import Runtime, checkpoint_path
 from largeprompt.kernel import autotune
-from largeprompt.stages import trajectory_gap
+from largeprompt.stages import summarize_trajectory_transfer
 from largeprompt.stages.bayes_risk import bayes_risk
 from largeprompt.stages.full_model_flow import full_model_flow
 from largeprompt.stages.make_icl_test_set import make_icl_test_set
 from largeprompt.stages.reduced_model import reduced_model
 from largeprompt.stages.summarize_training import summarize_training
 from largeprompt.stages.train import train
-from largeprompt.stages.train_transfer import train_transfer
+from largeprompt.stages.train_trajectory_transfer import train_trajectory_transfer
 from tolerance import assert_within, eps, mc_tolerance, ode_tolerance
 
 SEED = 7
@@ -55,7 +55,7 @@ def train_params(L):
 
 def transfer_params(L):
     keep = ("models", "seeds", "replicate_seeds", "batch_size", "lr", "horizon", "n_log")
-    return {"prompt_length": L, "seed": SEED, "icl": ICL_TASK, "transfer": {k: TRANSFER[k] for k in keep}}
+    return {"prompt_length": L, "seed": SEED, "icl": ICL_TASK, "trajectory_transfer": {k: TRANSFER[k] for k in keep}}
 
 
 def trajectories(root, section, L):
@@ -84,7 +84,7 @@ def root(tmp_path_factory):
     for L in TRAIN["prompt_lengths"]:
         run_train(root, L, trajectories(root, "train", L))
     for L in TRANSFER["prompt_lengths"]:
-        train_transfer({"test_set": root / "icl_test.parquet"}, {"trajectories": trajectories(root, "transfer", L)},
+        train_trajectory_transfer({"test_set": root / "icl_test.parquet"}, {"trajectories": trajectories(root, "transfer", L)},
                        transfer_params(L), runtime=RUNTIME)
     reduced_model({}, {"result": root / "reduced.parquet"}, {"seed": SEED, "infinite": {"reduced_model": REDUCED}})
     return root
@@ -199,7 +199,7 @@ def test_train_transfer_runs_both_streams_at_a_constant_lr(root):
     assert np.array_equal(shared[0], other[0])
     assert not np.array_equal(shared[-1], other[-1])
     prov = read_provenance(trajectories(root, "transfer", 10))
-    assert prov["rule"] == "train_transfer" and prov["run_seeds"] == [1]
+    assert prov["rule"] == "train_trajectory_transfer" and prov["run_seeds"] == [1]
     assert not checkpoint_path(trajectories(root, "transfer", 10)).exists()
 
 
@@ -245,9 +245,9 @@ def test_trajectory_gap_tables(root):
               "reduced": root / "reduced.parquet"}
     outputs = {"gaps": root / "gaps.parquet", "slopes": root / "slopes.parquet"}
     params = {"seed": SEED, "icl": ICL_TASK, "infinite": {k: INFINITE[k] for k in ("rtol", "atol")},
-              "transfer": {"floor_factor": TRANSFER["floor_factor"], "lr": TRANSFER["lr"],
+              "trajectory_transfer": {"floor_factor": TRANSFER["floor_factor"], "lr": TRANSFER["lr"],
                            "batch_size": TRANSFER["batch_size"]}}
-    trajectory_gap.trajectory_gap(inputs, outputs, params)
+    summarize_trajectory_transfer.summarize_trajectory_transfer(inputs, outputs, params)
     gaps, slopes = read_parquet(outputs["gaps"]), read_parquet(outputs["slopes"])
     full = gaps[gaps["experiment"] == "full_model"]
     assert len(full) == len(TRANSFER["models"]) * len(TRANSFER["prompt_lengths"])  # one row per shared-stream run
@@ -294,27 +294,27 @@ def synthetic_gaps():
 
 def test_slopes_use_only_points_above_the_floor():
     gaps = synthetic_gaps()
-    row = transfer_gaps.slopes(gaps, floor_factor=3.0).iloc[0]
+    row = trajectory_transfer.slopes(gaps, floor_factor=3.0).iloc[0]
     assert row["n_points_above_floor"] == 4
     assert row["fit_min_prompt_length"] == 10 and row["fit_max_prompt_length"] == 100
     assert_within(row["slope"], -0.5, 1e-12, "slope of an exact power law")
-    everything = transfer_gaps.slopes(gaps, floor_factor=0.0).iloc[0]
+    everything = trajectory_transfer.slopes(gaps, floor_factor=0.0).iloc[0]
     assert everything["n_points_above_floor"] == 7 and abs(everything["slope"] + 0.5) > 0.1  # the floor bends the fit
 
 
 def test_slopes_count_all_ok_points():
-    assert transfer_gaps.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7
+    assert trajectory_transfer.slopes(synthetic_gaps(), floor_factor=3.0).iloc[0]["n_points"] == 7
 
 
 def test_floor_threshold_is_the_factor_times_the_median_floor_of_the_ok_runs():
-    """transfer_gaps.with_floor_threshold: per (experiment, model, L), factor × the median floor over ok seeds (a
+    """trajectory_transfer.with_floor_threshold: per (experiment, model, L), factor × the median floor over ok seeds (a
     diverged run's floor does not count), the same on every row of the group."""
     rows = [("full_model", "softmax", 20, s, f, "ok") for s, f in enumerate([1.0, 2.0, 4.0])]
     rows += [("full_model", "softmax", 20, 3, 100.0, "diverged"), ("full_model", "linear", 20, 0, 5.0, "ok"),
              ("full_model", "softmax", 40, 0, 7.0, "ok")]
     gaps = pd.DataFrame(rows, columns=["experiment", "model", "prompt_length", "seed", "floor", "status"])
-    out = transfer_gaps.with_floor_threshold(gaps, 3.0)
+    out = trajectory_transfer.with_floor_threshold(gaps, 3.0)
     assert out["floor_threshold"].tolist() == [6.0, 6.0, 6.0, 6.0, 15.0, 21.0]
-    by_measure = transfer_gaps.with_floor_threshold(gaps.assign(token_measure=["a", "b", "a", "a", "a", "a"]), 2.0,
+    by_measure = trajectory_transfer.with_floor_threshold(gaps.assign(token_measure=["a", "b", "a", "a", "a", "a"]), 2.0,
                                                     by=("token_measure", "model"))
     assert by_measure["floor_threshold"].tolist()[:3] == [5.0, 4.0, 5.0]  # median of 1 and 4 (seed 1 is another measure)

@@ -63,7 +63,7 @@ def synthetic_tables() -> dict[str, pd.DataFrame]:
                               "c": [0.75, 0.75, 1.5], "statistic": ["mean", "mean", "mean"], "estimate": [0.7028, 0.52, 0.99],
                               "ci_low": [0.6432, 0.47, 0.98], "ci_high": [0.7563, 0.57, 1.01], "predicted": [0.7583, 0.75, 1.0],
                               "predicted_finite_range": [0.6723, np.nan, np.nan]})
-    return {"train/training_prompt_lengths.parquet": train, "transfer/trajectory_slopes.parquet": slopes,
+    return {"train/training_prompt_lengths.parquet": train, "trajectory_transfer/slopes.parquet": slopes,
             "concentration/exponents.parquet": exponents}
 
 
@@ -141,7 +141,7 @@ def test_the_figures_key_numbers_read_back_from_their_tables():
         for field, column in {"Value": "final_test_loss_mean", "Low": "final_test_loss_lo", "High": "final_test_loss_hi",
                               "BayesRisk": "bayes_risk"}.items():
             assert_reads_back(macros[macro_name(key, field)], last[column])
-    for r in tables["transfer/trajectory_slopes.parquet"].to_dict("records"):
+    for r in tables["trajectory_transfer/slopes.parquet"].to_dict("records"):
         key = f"R4.bracket/{r['experiment']}/{r['model']}"
         for side, prefix in (("Raw", ""), ("Corrected", "corrected_")):
             for field, suffix in (("Value", ""), ("Low", "_lo"), ("High", "_hi")):
@@ -201,7 +201,7 @@ def test_missing_tables_and_columns_give_no_figure_numbers():
     claims = synthetic_claims(n=5)
     plain = definitions(numbers_tex(claims, {}, run="r", commit="c", written="w"))
     tables = synthetic_tables()
-    tables["transfer/trajectory_slopes.parquet"] = tables["transfer/trajectory_slopes.parquet"].drop(columns="slope")
+    tables["trajectory_transfer/slopes.parquet"] = tables["trajectory_transfer/slopes.parquet"].drop(columns="slope")
     tables["concentration/exponents.parquet"] = None
     partial = definitions(numbers_tex(claims, tables, run="r", commit="c", written="w"))
     extra = set(partial) - set(plain)

@@ -125,7 +125,7 @@ def test_fixed_query_bound_holds_and_the_delta_method_is_the_trace():
 def test_trajectory_gap_decays_like_one_over_prompt_length():
     """R4: the gap between finite-L and infinite-prompt trajectories scales as L^{-1} (docs/theory.md#trajectory-transfer);
     the fitted slope's interval must lie in [−1.5, −0.5] and contain a value within 0.25 of −1."""
-    slopes = table("transfer/trajectory_slopes.parquet").dropna(subset=["slope"])
+    slopes = table("trajectory_transfer/slopes.parquet").dropna(subset=["slope"])
     assert len(slopes), "no trajectory slope was fitted at paper scale"
     for row in slopes.itertuples():
         assert -1.5 <= row.slope_lo and row.slope_hi <= -0.5, row

@@ -140,9 +140,9 @@ CHANGES = [
     (("infinite", "balanced_flow", "alphas"), [0.3, 1.5], {"balanced_flow", "plot_balanced_flow", *LEDGER}),
     (("train", "lr"), 0.2, {*TRAINING, "train_beyond_gaussian", *BEYOND, *LEDGER}),
     (("train", "horizon"), 5, {"full_model_flow", *TRAINING, *LEDGER}),
-    (("transfer", "lr"), 0.04, {"train_transfer", "trajectory_gap", "plot_trajectory_transfer", "transfer_beyond_gaussian",
-                                *BEYOND, *LEDGER}),
-    (("beyond_gaussian", "train", "horizon"), 3, {"beyond_gaussian_flow", "train_beyond_gaussian", *BEYOND, *LEDGER}),
+    (("trajectory_transfer", "lr"), 0.04, {"train_trajectory_transfer", "summarize_trajectory_transfer", "plot_trajectory_transfer",
+                                           "train_trajectory_transfer_beyond_gaussian", *BEYOND, *LEDGER}),
+    (("beyond_gaussian", "train", "horizon"), 3, {"flow_beyond_gaussian", "train_beyond_gaussian", *BEYOND, *LEDGER}),
     (("device",), "cpu", set()),
     (("threads_per_job",), 2, set()),
     (("train", "checkpoint_every"), 7, set()),
@@ -184,7 +184,7 @@ CLAIM_TABLE_RULES = {  # the rule that writes each table the claims read (docs/a
     "concentration/leading_coefficients.parquet": "estimate_concentration_rates",
     "concentration/exponents.parquet": "estimate_concentration_rates",
     "fixed_query_bound/quantiles.parquet": "simulate_fixed_query_bound",
-    "transfer/trajectory_gaps.parquet": "trajectory_gap",
+    "trajectory_transfer/gaps.parquet": "summarize_trajectory_transfer",
     "infinite/balanced_flow.parquet": "balanced_flow",
     "train/training_prompt_lengths.parquet": "summarize_training",
     "init_dependence/classes.parquet": "summarize_init_dependence",
@@ -233,7 +233,7 @@ def test_editing_a_library_module_reruns_exactly_the_stages_that_use_it(edited_c
     direct = reason_rules(output, "params have changed since last execution")
     assert {"simulate_affine_limit", "simulate_concentration_errors", "simulate_fixed_query_bound", "full_model_flow",
             "make_icl_test_set"} <= direct
-    assert {"train", "train_transfer", "bayes_risk", "summarize_training", "trajectory_gap"} <= set(job_counts(output))
+    assert {"train", "train_trajectory_transfer", "bayes_risk", "summarize_training", "summarize_trajectory_transfer"} <= set(job_counts(output))
     assert "make_affine_limit_queries" not in job_counts(output) and not any(r.startswith("plot_") for r in direct)
     assert "code:largeprompt/maths/measures.py=" in output  # the reason names the module
     module.write_text(original)

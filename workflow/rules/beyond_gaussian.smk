@@ -1,19 +1,19 @@
 # R4 and R6 beyond Gaussian covariates (docs/experiments.md#beyond_gaussian): per token measure, the infinite-prompt
 # flows of both models, the R6 runs and the R4 transfer runs at each prompt length, then one summary. The protocol
-# (step sizes, status rule, floors) is that of sections `train` and `transfer`. Config section `beyond_gaussian`.
+# (step sizes, status rule, floors) is that of sections `train` and `trajectory_transfer`. Config section `beyond_gaussian`.
 
 
 wildcard_constraints:
     token_measure="gaussian|rademacher|uniform",
 
 
-rule beyond_gaussian_flow:
+rule flow_beyond_gaussian:
     output:
         flows=results("beyond_gaussian/{token_measure}/flows.parquet"),
     log:
         logs("beyond_gaussian/{token_measure}/flows.log"),
     benchmark:
-        benchmarks("beyond_gaussian_flow/{token_measure}.tsv")
+        benchmarks("flow_beyond_gaussian/{token_measure}.tsv")
     cache: SHARE
     conda:
         ENV
@@ -22,7 +22,7 @@ rule beyond_gaussian_flow:
         mem_mb=1500,
         runtime=30,
     params:
-        **code("beyond_gaussian_flow.py"),
+        **code("flow_beyond_gaussian.py"),
         **cfg(
             "seed",
             *BEYOND_TASK,
@@ -34,7 +34,7 @@ rule beyond_gaussian_flow:
         ),
         token_measure=lambda w: w.token_measure,
     script:
-        "../scripts/beyond_gaussian_flow.py"
+        "../scripts/flow_beyond_gaussian.py"
 
 
 rule train_beyond_gaussian:
@@ -74,17 +74,17 @@ rule train_beyond_gaussian:
 
 # One job per measure trains its short transfer runs at every L in turn, one output file per L: a job's start (imports,
 # about 4 s) costs as much as the training at the smallest L.
-rule transfer_beyond_gaussian:
+rule train_trajectory_transfer_beyond_gaussian:
     output:
         # multiext, not expand: Snakemake's between-run cache (--cache) stores a job of several outputs only so
         trajectories=multiext(
-            results("beyond_gaussian/{token_measure}/transfer_"),
+            results("beyond_gaussian/{token_measure}/trajectory_transfer_"),
             *transfer_files(),
         ),
     log:
-        logs("beyond_gaussian/{token_measure}/transfer.log"),
+        logs("beyond_gaussian/{token_measure}/trajectory_transfer.log"),
     benchmark:
-        benchmarks("transfer_beyond_gaussian/{token_measure}.tsv")
+        benchmarks("train_trajectory_transfer_beyond_gaussian/{token_measure}.tsv")
     cache: SHARE
     conda:
         ENV
@@ -92,26 +92,26 @@ rule transfer_beyond_gaussian:
     resources:
         **gpu_request(),
         mem_mb=3000,
-        runtime=beyond_runtime("transfer"),
+        runtime=beyond_runtime("trajectory_transfer"),
     params:
-        **code("transfer_beyond_gaussian.py"),
+        **code("train_trajectory_transfer_beyond_gaussian.py"),
         **cfg(
             "seed",
             *BEYOND_TASK,
             "beyond_gaussian.n_test",
-            "beyond_gaussian.transfer",
-            "transfer.lr",
-            "transfer.horizon",
+            "beyond_gaussian.trajectory_transfer",
+            "trajectory_transfer.lr",
+            "trajectory_transfer.horizon",
         ),
         token_measure=lambda w: w.token_measure,
     script:
-        "../scripts/transfer_beyond_gaussian.py"
+        "../scripts/train_trajectory_transfer_beyond_gaussian.py"
 
 
 rule summarize_beyond_gaussian:
     input:
         train=beyond_gaussian_runs("train"),
-        transfer=beyond_gaussian_runs("transfer"),
+        transfer=beyond_gaussian_runs("trajectory_transfer"),
         flows=beyond_gaussian_flows(),
     output:
         multiext(
@@ -144,8 +144,8 @@ rule summarize_beyond_gaussian:
             "beyond_gaussian.train.prompt_lengths",
             "infinite.rtol",
             "infinite.atol",
-            "transfer.lr",
-            "transfer.floor_factor",
+            "trajectory_transfer.lr",
+            "trajectory_transfer.floor_factor",
             "train.batch_size",
             "train.trapped_loss_ratio",
             "train.trapped_readout_fraction",

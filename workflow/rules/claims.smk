@@ -37,7 +37,7 @@ rule write_numbers:
         claims=results("claims/claims.parquet"),
         tables=[
             results("train/training_prompt_lengths.parquet"),
-            results("transfer/trajectory_slopes.parquet"),
+            results("trajectory_transfer/slopes.parquet"),
             results("concentration/exponents.parquet"),
         ],
     output:

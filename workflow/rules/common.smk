@@ -50,7 +50,7 @@ RUNTIME_KEYS = (
     "device",
     "threads_per_job",
     "train.checkpoint_every",
-    "transfer.checkpoint_every",
+    "trajectory_transfer.checkpoint_every",
 )
 
 
@@ -103,26 +103,29 @@ def training_runtime(prompt_length, section=None):
 
 def transfer_runtime(prompt_length, section=None):
     """Cluster time limit (minutes) of one R4 transfer job (default config section transfer)."""
-    return transfer_job_minutes(section or config["transfer"], prompt_length)
+    return transfer_job_minutes(section or config["trajectory_transfer"], prompt_length)
 
 
 def beyond_section(kind):
-    """Section ``train`` or ``transfer`` with the keys of ``beyond_gaussian.<kind>`` over it."""
+    """Section ``train`` or ``trajectory_transfer`` with the keys of ``beyond_gaussian.<kind>`` over it."""
     return {**config[kind], **config["beyond_gaussian"][kind]}
 
 
 def beyond_runtime(kind, prompt_length=None):
     """Cluster time limit (minutes) of a train_beyond_gaussian job at ``prompt_length``, or of a
-    transfer_beyond_gaussian job (every L in turn)."""
+    train_trajectory_transfer_beyond_gaussian job (every L in turn)."""
     if kind == "train":
         return training_runtime(prompt_length, beyond_section("train"))
-    return transfer_jobs_minutes(beyond_section("transfer"))
+    return transfer_jobs_minutes(beyond_section("trajectory_transfer"))
 
 
 def longest_prompt():
     """The test set's prompt length: the longest L trained (R6 or R4); shorter L read prefixes."""
     return max(
-        [*config["train"]["prompt_lengths"], *config["transfer"]["prompt_lengths"]]
+        [
+            *config["train"]["prompt_lengths"],
+            *config["trajectory_transfer"]["prompt_lengths"],
+        ]
     )
 
 
@@ -173,9 +176,10 @@ BEYOND_TRAIN = tuple(
 
 
 def transfer_files():
-    """The endings of one measure's R4 files, one per L of beyond_gaussian.transfer: L{L}.parquet."""
+    """The endings of one measure's R4 files, one per L of beyond_gaussian.trajectory_transfer: L{L}.parquet."""
     return [
-        f"L{L}.parquet" for L in config["beyond_gaussian"]["transfer"]["prompt_lengths"]
+        f"L{L}.parquet"
+        for L in config["beyond_gaussian"]["trajectory_transfer"]["prompt_lengths"]
     ]
 
 
@@ -190,7 +194,7 @@ def beyond_gaussian_flows(with_gaussian=False):
 
 
 def beyond_gaussian_runs(kind):
-    """The R6 (``train``) or R4 (``transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
+    """The R6 (``train``) or R4 (``trajectory_transfer``) trajectory files of every (measure, L) of section beyond_gaussian."""
     section = config["beyond_gaussian"]
     return expand(
         results(f"beyond_gaussian/{{token_measure}}/{kind}_L{{L}}.parquet"),
@@ -211,7 +215,8 @@ def training_trajectories():
 
 def transfer_trajectories():
     return expand(
-        results("transfer/L{L}.parquet"), L=config["transfer"]["prompt_lengths"]
+        results("trajectory_transfer/L{L}.parquet"),
+        L=config["trajectory_transfer"]["prompt_lengths"],
     )
 
 
@@ -269,6 +274,6 @@ def result_files(rules):
         + transfer_trajectories()
         + error_jobs()
         + beyond_gaussian_runs("train")
-        + beyond_gaussian_runs("transfer")
+        + beyond_gaussian_runs("trajectory_transfer")
         + beyond_gaussian_flows(with_gaussian=True)
     )

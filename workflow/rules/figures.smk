@@ -265,8 +265,8 @@ rule plot_trajectory_transfer:
     input:
         trajectories=training_trajectories(),
         flows=full_model_flows(),
-        gaps=results("transfer/trajectory_gaps.parquet"),
-        slopes=results("transfer/trajectory_slopes.parquet"),
+        gaps=results("trajectory_transfer/gaps.parquet"),
+        slopes=results("trajectory_transfer/slopes.parquet"),
     output:
         pdf=figures("trajectory_transfer.pdf"),
         png=report(

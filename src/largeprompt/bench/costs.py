@@ -146,7 +146,7 @@ def flow_fit(config, folder, quick):
 
 
 def flows(config, folder, quick) -> tuple[list[Job], str]:
-    """full_model_flow per seed, balanced_flow, reduced_model and trajectory_gap."""
+    """full_model_flow per seed, balanced_flow, reduced_model and summarize_trajectory_transfer."""
     fit, sizes = flow_fit(config, folder, quick)
     horizon = config["train"]["horizon"]
     jobs = [Job(f"full_model_flow seed={s}", "full_model_flow", predict_linear(fit, horizon))
@@ -159,12 +159,12 @@ def flows(config, folder, quick) -> tuple[list[Job], str]:
     cfg = with_values(config, infinite__reduced_model__seeds=seeds[:1])  # cost ∝ seeds x steps
     red, red_floor = _sliced("reduced_model", cfg, folder, [5, 10] if quick else [10, 20],
                      lambda n: {"infinite__reduced_model__steps": n})
-    t = config["transfer"]
+    t = config["trajectory_transfer"]
     gap = len(t["seeds"]) * predict_linear(fit, t["horizon"])  # one flow per seed at the runs' logged times
     jobs += [Job("balanced_flow", "balanced_flow", predict_linear(bal, len(alphas))),
              Job("reduced_model", "reduced_model", len(seeds) * predict_linear(red, steps), (),
                  len(seeds) * predict_linear(red_floor, steps)),
-             Job("trajectory_gap", "trajectory_gap", gap, ("train_transfer", "reduced_model"))]
+             Job("summarize_trajectory_transfer", "summarize_trajectory_transfer", gap, ("train_trajectory_transfer", "reduced_model"))]
     return jobs, f"full_model_flow: horizon {[round(x, 3) for x in sizes]} → {horizon}; balanced_flow: 1, 2 starts " \
                  f"→ {len(alphas)}; reduced_model: 1 seed x {[10, 20]} steps → {len(seeds)} x {steps}"
 
@@ -185,7 +185,7 @@ def data(config, folder, quick) -> tuple[list[Job], str, float]:
 
     Also returns the seconds a training job spends reading the test set at the configuration's n_test.
     """
-    longest = max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
+    longest = max(config["train"]["prompt_lengths"] + config["trajectory_transfer"]["prompt_lengths"])
     sizes = [100, 300] if quick else [400, 1200]
     cost = {"make_icl_test_set": [], "bayes_risk": [], "load_test_set": []}
     for n in sizes:
@@ -250,16 +250,16 @@ def beyond_task(config: dict, measure: str) -> dict:
 
 
 def beyond_flow(config, folder, quick, measure) -> Job:
-    """beyond_gaussian_flow of one measure: one seed's flow timed at T/4 and T/2 (``quick``: T/16, T/8), flow points
+    """flow_beyond_gaussian of one measure: one seed's flow timed at T/4 and T/2 (``quick``: T/16, T/8), flow points
     ∝ T, extrapolated to T and multiplied by the seeds."""
     b = config["beyond_gaussian"]
     horizon, points, seeds = b["train"]["horizon"], b["flow_points"], b["train"]["seeds"]
     sizes = [horizon * x for x in ([1 / 16, 1 / 8] if quick else [1 / 4, 1 / 2])]
     cfg = with_values(config, token_measure=measure, beyond_gaussian__train__seeds=seeds[:1])
-    fit, _ = _sliced("beyond_gaussian_flow", cfg, folder / measure, sizes,
+    fit, _ = _sliced("flow_beyond_gaussian", cfg, folder / measure, sizes,
                      lambda T: {"beyond_gaussian__train__horizon": T,
                                 "beyond_gaussian__flow_points": max(2, round(points * T / horizon))})
-    return Job(f"beyond_gaussian_flow measure={measure}", "beyond_gaussian_flow", len(seeds) * predict_linear(fit, horizon))
+    return Job(f"flow_beyond_gaussian measure={measure}", "flow_beyond_gaussian", len(seeds) * predict_linear(fit, horizon))
 
 
 def beyond_training(config, quick, measure) -> tuple[list[Job], Job]:
@@ -267,13 +267,13 @@ def beyond_training(config, quick, measure) -> tuple[list[Job], Job]:
     b, task = config["beyond_gaussian"], beyond_task(config, measure)
     train = {**config["train"], **b["train"]}
     fit = engine_costs(train, quick, dtype=train["dtype"], task=task)
-    r6 = training_jobs(train, config, fit, "train_beyond_gaussian", ("beyond_gaussian_flow",), b["n_test"],
+    r6 = training_jobs(train, config, fit, "train_beyond_gaussian", ("flow_beyond_gaussian",), b["n_test"],
                        f"measure={measure} ")
-    transfer = {**config["transfer"], **b["transfer"], "dtype": "float64"}
+    transfer = {**config["trajectory_transfer"], **b["trajectory_transfer"], "dtype": "float64"}
     fit = engine_costs(transfer, quick, dtype="float64", task=task)
-    r4 = training_jobs(transfer, config, fit, "transfer_beyond_gaussian", (), b["n_test"])
-    return r6, Job(f"transfer_beyond_gaussian measure={measure}", "transfer_beyond_gaussian", sum(j.seconds for j in r4),
-                   floor=sum(j.floor for j in r4))
+    rule = "train_trajectory_transfer_beyond_gaussian"
+    r4 = training_jobs(transfer, config, fit, rule, (), b["n_test"])
+    return r6, Job(f"{rule} measure={measure}", rule, sum(j.seconds for j in r4), floor=sum(j.floor for j in r4))
 
 
 def beyond_gaussian(config, folder, quick) -> tuple[list[Job], str]:
@@ -286,8 +286,8 @@ def beyond_gaussian(config, folder, quick) -> tuple[list[Job], str]:
         r6, r4 = beyond_training(config, quick, measure)
         jobs += [*r6, r4]
     jobs.append(Job("summarize_beyond_gaussian", "summarize_beyond_gaussian", 0.0,
-                    ("train_beyond_gaussian", "transfer_beyond_gaussian")))
-    t, r = b["train"], b["transfer"]
+                    ("train_beyond_gaussian", "train_trajectory_transfer_beyond_gaussian")))
+    t, r = b["train"], b["trajectory_transfer"]
     return jobs, (f"{len(measures)} measures, d = {b['dim']}: flows of 1 seed at T/4, T/2 → {len(t['seeds'])} seeds x "
                   f"T = {t['horizon']:g}; R6 and R4 steps timed on each measure's task (R6: L {t['prompt_lengths']}, "
                   f"R4: L {r['prompt_lengths']}, batch {r['batch_size']})")

@@ -97,15 +97,15 @@ def _paper_runs(config: dict, folder: Path) -> list[tuple[str, dict]]:
     tables = {k: str(folder / "c" / f"{k}.parquet") for k in ("output_errors", "gradient_errors")}
     estimated = timed("estimate_concentration_rates", config, folder / "r", tables)
     out.append((f"estimate_concentration_rates ({rows / 1e6:.1f}M rows)", estimated))
-    longest = max(config["train"]["prompt_lengths"] + config["transfer"]["prompt_lengths"])
+    longest = max(config["train"]["prompt_lengths"] + config["trajectory_transfer"]["prompt_lengths"])
     cfg = with_values(config, max_prompt_length=longest, prompt_length=longest)
     out.append((f"make_icl_test_set (n_test {config['icl']['n_test']}, L {longest})",
                 timed("make_icl_test_set", cfg, folder / "t")))
     test_set = {"test_set": str(folder / "t" / "test_set.parquet")}
     out.append(("bayes_risk", timed("bayes_risk", cfg, folder / "b", test_set)))
-    out.append((f"train/train_transfer: reading the test set at L {longest}",
+    out.append((f"train/train_trajectory_transfer: reading the test set at L {longest}",
                 timed("load_test_set", cfg, folder / "l", test_set)))
-    for key, rule, dtype in (("train", "train", config["train"]["dtype"]), ("transfer", "train_transfer", "float64")):
+    for key, rule, dtype in (("train", "train", config["train"]["dtype"]), ("trajectory_transfer", "train_trajectory_transfer", "float64")):
         section = config[key]
         L = max(section["prompt_lengths"])
         out.append((f"{rule} at L {L}, cut to 2 steps ({section['batch_size']} prompts a batch)",

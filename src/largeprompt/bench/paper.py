@@ -28,7 +28,7 @@ FIGURE_INPUTS = {"affine_limit": ("affine_limit",), "output_concentration": ("es
                  "gradient_concentration": ("estimate_concentration_rates",), "rate_exponent": ("estimate_concentration_rates",),
                  "fixed_query_bound": ("fixed_query_bound",), "balanced_flow": ("balanced_flow",),
                  "training_vs_prompt_length": ("summarize_training", "summarize_init_dependence"),
-                 "init_dependence": ("summarize_init_dependence",), "trajectory_transfer": ("trajectory_gap", "train"),
+                 "init_dependence": ("summarize_init_dependence",), "trajectory_transfer": ("summarize_trajectory_transfer", "train"),
                  "beyond_gaussian": ("summarize_beyond_gaussian",)}
 
 
@@ -43,12 +43,12 @@ def job_overhead_seconds() -> float:
 
 SECTIONS = {  # config section → (stage, dtype, the stages its jobs wait for)
     "train": ("train", None, ("make_icl_test_set", "full_model_flow")),
-    "transfer": ("train_transfer", "float64", ("make_icl_test_set",)),  # train_transfer runs in float64
+    "transfer": ("train_trajectory_transfer", "float64", ("make_icl_test_set",)),  # train_trajectory_transfer runs in float64
 }
 
 
 def training_stage(config: dict, key: str, quick: bool, load_seconds: float = 0.0) -> tuple[str, list[Job], str]:
-    """The jobs (one per L) of config section ``key`` (train: R6, transfer: R4), from the engine's measured costs."""
+    """The jobs (one per L) of config section ``key`` (train: R6, trajectory_transfer: R4), from the engine's measured costs."""
     stage, dtype, after = SECTIONS[key]
     section = config[key]
     dtype = dtype or section["dtype"]

@@ -40,7 +40,7 @@ STAGES = {  # rule → (module, function, output names)
     "reduced_model": ("largeprompt.stages.reduced_model", "reduced_model", ["result"]),
     "train": ("largeprompt.stages.train", "train", ["trajectories"]),
     "simulate_init_dependence": ("largeprompt.stages.simulate_init_dependence", "simulate_init_dependence", ["flows"]),
-    "beyond_gaussian_flow": ("largeprompt.stages.beyond_gaussian_flow", "beyond_gaussian_flow", ["flows"]),
+    "flow_beyond_gaussian": ("largeprompt.stages.flow_beyond_gaussian", "flow_beyond_gaussian", ["flows"]),
     "load_test_set": ("largeprompt.bench.slices", "load_test_set", []),  # what every training job reads first
     "plot_affine_limit": ("largeprompt.plots.affine_limit", "plot_affine_limit", ["pdf", "png"]),
 }

@@ -86,7 +86,7 @@ def prompt_length_stats(runs: pd.DataFrame, level: float = 0.95) -> pd.DataFrame
 
 
 def flow_end_scales(flows: pd.DataFrame) -> pd.DataFrame:
-    """One row per token_measure of ``flows`` (the ``beyond_gaussian_flow`` tables): the median attention scale
+    """One row per token_measure of ``flows`` (the ``flow_beyond_gaussian`` tables): the median attention scale
     ‖U_xx‖ at the horizon over its converging softmax flows, and how many there are (NaN, 0 without any)."""
     rows = []
     for measure, f in flows.groupby("token_measure", sort=False):

@@ -184,6 +184,32 @@ def _migrate_bounds(config: dict) -> list[str]:
     return [DEPRECATION]
 
 
+RENAMED_SECTIONS = {  # old path → new path: R4 has one name, trajectory_transfer (docs/architecture.md#naming)
+    ("transfer",): ("trajectory_transfer",),
+    ("beyond_gaussian", "transfer"): ("beyond_gaussian", "trajectory_transfer"),
+}
+
+
+def _migrate_sections(config: dict) -> list[str]:
+    """The sections of RENAMED_SECTIONS, merged into their new name (the old section's keys win, as for
+    RENAMED_KEYS)."""
+    messages = []
+    for old, new in RENAMED_SECTIONS.items():
+        parent = config
+        for key in old[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or old[-1] not in parent:
+            continue
+        moved = parent.pop(old[-1]) or {}
+        if isinstance(moved, dict):
+            _merge(parent.setdefault(new[-1], {}), moved)
+        else:
+            parent[new[-1]] = moved  # not a mapping: left for the schema to name under its new key
+        messages.append(f"config key '{'.'.join(old)}' is deprecated and will be removed in the next release: it is "
+                        f"now '{'.'.join(new)}'; it is read that way for now")
+    return messages
+
+
 def _migrate_renamed(config: dict) -> list[str]:
     """The keys of RENAMED_KEYS, moved to their new name (the old name wins: a config file that still uses it is
     overlaid on defaults that already use the new one)."""
@@ -199,7 +225,7 @@ def _migrate_renamed(config: dict) -> list[str]:
 def migrate_deprecated(config: dict, warn=None) -> bool:
     """Move the keys this release renamed to their new place, in place, with one deprecation message per move naming
     the new keys (``warn``, default: printed to stderr); returns whether anything moved."""
-    messages = _migrate_bounds(config) + _migrate_renamed(config)
+    messages = _migrate_bounds(config) + _migrate_sections(config) + _migrate_renamed(config)
     warn = warn or (lambda line: print(f"WARNING: {line}", file=sys.stderr))
     for text in messages:
         warn(text)

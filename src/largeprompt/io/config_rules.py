@@ -63,9 +63,9 @@ def _training_errors(config: dict) -> list[str]:
         lines.append(f"config key 'icl.covariance_rho' = {icl.get('covariance_rho', 0.5)} with 'icl.token_measure' = "
                      f"{icl['token_measure']}: its covariates have i.i.d. unit-variance coordinates, Λ = I (allowed: "
                      f"covariance_rho: 0 with rademacher or uniform, any value in (-1, 1) with gaussian)")
-    for section, node in (("train", config.get("train", {})), ("transfer", config.get("transfer", {})),
+    for section, node in (("train", config.get("train", {})), ("trajectory_transfer", config.get("trajectory_transfer", {})),
                           ("beyond_gaussian.train", config.get("beyond_gaussian", {}).get("train", {})),
-                          ("beyond_gaussian.transfer", config.get("beyond_gaussian", {}).get("transfer", {}))):
+                          ("beyond_gaussian.trajectory_transfer", config.get("beyond_gaussian", {}).get("trajectory_transfer", {}))):
         extra = sorted(set(node.get("replicate_seeds", [])) - set(node.get("seeds", [])))
         if "seeds" in node and extra:
             lines.append(f"config key '{section}.replicate_seeds' = {extra} names seeds that are not in "

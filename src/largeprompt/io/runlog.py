@@ -65,17 +65,18 @@ def keep_freed_memory() -> bool:
         return False
 
 
-TRANSFER_RULES = ("train_transfer", "transfer_beyond_gaussian")  # their checkpoint cadence: transfer.checkpoint_every
+# their checkpoint cadence is trajectory_transfer.checkpoint_every
+TRANSFER_RULES = ("train_trajectory_transfer", "train_trajectory_transfer_beyond_gaussian")
 
 
 def runtime_settings(smk) -> Runtime:
     """The job settings that cannot change a result, read from the config at run time (never params). The
-    checkpoint cadence is ``transfer.checkpoint_every`` for the R4 transfer jobs (a few hundred long steps), else
+    checkpoint cadence is ``trajectory_transfer.checkpoint_every`` for the R4 transfer jobs (a few hundred long steps), else
     ``train.checkpoint_every``."""
     config = smk.config
     train = config.get("train", {})
     rule = {k: train[k] for k in STATUS_RULE_KEYS if k in train}
-    section = config.get("transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
+    section = config.get("trajectory_transfer", {}) if getattr(smk, "rule", None) in TRANSFER_RULES else train
     return Runtime(
         device=str(config.get("device", "auto")),
         threads=int(smk.threads),

@@ -116,7 +116,7 @@ CLAIMS = [
           "over L ≤ 160 (default) the local exponent is still rising towards 1 (0.79, 0.89, 0.91 for the largest "
           "gap), more slowly than the fit's 1/L² correction allows; the leading-coefficient test is not built yet; "
           "tables without the coupled columns are read on the distance to the flow and its floors",
-          "trajectory_transfer", "transfer/trajectory_gaps.parquet",
+          "trajectory_transfer", "trajectory_transfer/gaps.parquet",
           r.transfer_bracket("experiment", {"model": "softmax"})),
     Claim("R4.beyond", "R4", "paper", "Training transfers to the infinite-prompt flow beyond Gaussian covariates "
           "({suffix})", "the exponent p of the softmax sup-distance, raw and floor-corrected", "1 within the bracket",

@@ -206,7 +206,7 @@ def rate_exponents(table: pd.DataFrame) -> list[Macro]:
 # each summary table (under results/<run>/) and the numbers read from it; rule write_numbers lists the same tables
 FIGURE_NUMBERS: dict[str, Callable[[pd.DataFrame], list[Macro]]] = {
     "train/training_prompt_lengths.parquet": final_losses,
-    "transfer/trajectory_slopes.parquet": bracket_sides,
+    "trajectory_transfer/slopes.parquet": bracket_sides,
     "concentration/exponents.parquet": rate_exponents,
 }
 

@@ -24,7 +24,7 @@ LOG2_MIN, POINTS_PER_OCTAVE = 4, 2
 # section `fixed_query_bound`: κ values, L = 2^4 … 2^max, prompts per κ, δ values
 FIXED_QUERY = {"default": dict(kappas=4, log2_max=13, reps=4000), "paper": dict(kappas=4, log2_max=18, reps=20000)}
 DELTAS = (0.1, 0.05, 0.01)
-# section `transfer` (R4, full model): seeds and prompt lengths
+# section `trajectory_transfer` (R4, full model): seeds and prompt lengths
 TRANSFER = {"default": dict(seeds=4, lengths=(20, 40, 80, 160)),
             "paper": dict(seeds=8, lengths=(20, 40, 80, 160, 320, 640, 1000))}
 # section `train` (R6): the L where the claim is read, ok runs per L

@@ -1,4 +1,4 @@
-"""The body shared by rules ``train_beyond_gaussian`` (R6) and ``transfer_beyond_gaussian`` (R4): every (model, seed)
+"""The body shared by rules ``train_beyond_gaussian`` (R6) and ``train_trajectory_transfer_beyond_gaussian`` (R4): every (model, seed)
 run of one section at one (measure, L), trained and written (docs/experiments.md#beyond_gaussian). Not a rule."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from largeprompt.icl.bounded_optima import scale_profile, softmax_optimum
 from largeprompt.icl.bounded_risk import icl_quadrature, limit_risk
 from largeprompt.icl.sgd_excess import run_excesses
 from largeprompt.icl.test_set import load_test_set, reference_risks
-from largeprompt.icl.transfer_gaps import full_model_gaps, slopes, with_floor_threshold
+from largeprompt.icl.trajectory_transfer import full_model_gaps, slopes, with_floor_threshold
 from largeprompt.io.parquet_io import read_parquet, write_parquet
 from largeprompt.io.provenance import provenance
 
@@ -34,12 +34,12 @@ def transfer_tables(params, trajectories: pd.DataFrame):
     """(gaps, slopes) of the transfer runs, per measure against the flows of each model's limit."""
     section, parts = params["beyond_gaussian"], []
     tol = {k: params["infinite"][k] for k in ("rtol", "atol")}
-    lr = float(params["transfer"]["lr"])
+    lr = float(params["trajectory_transfer"]["lr"])
     for measure, runs in trajectories.groupby("token_measure"):
         task = measure_task(section, measure)
         risks = {m: limit_risk(task, m, icl_quadrature(section)) for m in runs["model"].unique()}
         parts.append(full_model_gaps(runs, task, int(params["seed"]), tol, lr, risks).assign(token_measure=measure))
-    factor, by = float(params["transfer"]["floor_factor"]), ("token_measure", "model")
+    factor, by = float(params["trajectory_transfer"]["floor_factor"]), ("token_measure", "model")
     gaps = with_floor_threshold(pd.concat(parts, ignore_index=True), factor, by)
     return gaps, slopes(gaps, factor, by=by)
 
@@ -58,7 +58,7 @@ def summarize_beyond_gaussian(inputs, outputs, params, rule="summarize_beyond_ga
     runs = runs.merge(excess, on=["token_measure", "model", "prompt_length", "seed", "stream"], how="left")
     table = prompt_length_stats(runs).merge(refs, on=["token_measure", "prompt_length"])
     table["softmax_infimum"] = float(section["noise_variance"])
-    gaps, fits = transfer_tables(params, pd.concat([read_parquet(p) for p in inputs["transfer"]], ignore_index=True))
+    gaps, fits = transfer_tables(params, pd.concat([read_parquet(p) for p in inputs["trajectory_transfer"]], ignore_index=True))
     args = (int(section["dim"]), float(section["task_variance"]), float(section["noise_variance"]))
     optima = pd.DataFrame([softmax_optimum(m, *args, PROFILE_SCALES) for m in measures])
     flows = pd.concat([read_parquet(p) for p in inputs["flows"]], ignore_index=True)

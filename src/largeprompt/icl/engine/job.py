@@ -1,6 +1,6 @@
 """One training job (docs/experiments.md#training-protocol): every run of one section at one prompt length trained,
 logged and written with its provenance, checkpointed beside its output. The body of the rules ``train``,
-``train_transfer``, ``train_beyond_gaussian`` and ``transfer_beyond_gaussian``; an R4 job also writes, at each logged
+``train_trajectory_transfer``, ``train_beyond_gaussian`` and ``train_trajectory_transfer_beyond_gaussian``; an R4 job also writes, at each logged
 step, the weights of the run's coupled L = ∞ run (``then``: ``coupled_theta``, docs/theory.md#coupled-limit)."""
 from __future__ import annotations
 

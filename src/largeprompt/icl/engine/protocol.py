@@ -1,4 +1,4 @@
-"""Training every run of one prompt length, as the ``train`` and ``train_transfer`` rules do
+"""Training every run of one prompt length, as the ``train`` and ``train_trajectory_transfer`` rules do
 (docs/experiments.md#training-protocol, docs/experiments.md#drifting-runs): the runs, their step sizes
 from their own R∞ flows, and the stacked SGD with checkpoints."""
 from __future__ import annotations
@@ -41,7 +41,7 @@ TRANSFER_FIXED = dict(step_size_rule="constant", stability_fraction=1.0, diverge
 
 def transfer_section(section: dict) -> dict:
     """The :class:`TrainSettings` fields of an R4 transfer section (``transfer``, or ``transfer`` overridden by
-    ``beyond_gaussian.transfer``): its keys plus plain constant-step SGD in float64 (docs/experiments.md#trajectory_transfer)."""
+    ``beyond_gaussian.trajectory_transfer``): its keys plus plain constant-step SGD in float64 (docs/experiments.md#trajectory_transfer)."""
     return dict(section, final_lr=section["lr"], **TRANSFER_FIXED)
 
 

@@ -1,18 +1,18 @@
 # R4 on the §6 model (docs/experiments.md#trajectory_transfer): constant small lr, large batch, short
 # horizon; every seed twice (two batch streams) so that the SGD-noise floor of the distance to the flow is
 # measured at every L, each run with its coupled L = ∞ run on the same batches (docs/theory.md#coupled-limit); then
-# sup_t ‖θ_L(t) − θ_∞(t)‖, the distance to the coupled run, and the slopes over L. Config section `transfer`.
+# sup_t ‖θ_L(t) − θ_∞(t)‖, the distance to the coupled run, and the slopes over L. Config section `trajectory_transfer`.
 
 
-rule train_transfer:
+rule train_trajectory_transfer:
     input:
         test_set=results("icl/test_set.parquet"),
     output:
-        trajectories=results("transfer/L{L}.parquet"),
+        trajectories=results("trajectory_transfer/L{L}.parquet"),
     log:
-        logs("transfer/L{L}.log"),
+        logs("trajectory_transfer/L{L}.log"),
     benchmark:
-        benchmarks("train_transfer/L{L}.tsv")
+        benchmarks("train_trajectory_transfer/L{L}.tsv")
     wildcard_constraints:
         L=r"\d+",
     cache: SHARE
@@ -24,37 +24,37 @@ rule train_transfer:
         mem_mb=9900,  # measured: 6.6 GB peak at paper size (batch 32 768, L 1000, float64) x 1.5
         runtime=lambda w: transfer_runtime(int(w.L)),
     params:
-        **code("train_transfer.py"),
+        **code("train_trajectory_transfer.py"),
         **cfg(
             "seed",
             *ICL_TASK,
-            "transfer.models",
-            "transfer.seeds",
-            "transfer.replicate_seeds",
-            "transfer.batch_size",
-            "transfer.lr",
-            "transfer.horizon",
-            "transfer.n_log",
+            "trajectory_transfer.models",
+            "trajectory_transfer.seeds",
+            "trajectory_transfer.replicate_seeds",
+            "trajectory_transfer.batch_size",
+            "trajectory_transfer.lr",
+            "trajectory_transfer.horizon",
+            "trajectory_transfer.n_log",
         ),
         prompt_length=lambda w: int(w.L),
     script:
-        "../scripts/train_transfer.py"
+        "../scripts/train_trajectory_transfer.py"
 
 
-rule trajectory_gap:
+rule summarize_trajectory_transfer:
     input:
         trajectories=transfer_trajectories(),
         reduced=results("infinite/reduced_model.parquet"),
     output:
         multiext(
-            results("transfer/trajectory_"),
+            results("trajectory_transfer/"),
             gaps="gaps.parquet",
             slopes="slopes.parquet",
         ),
     log:
-        logs("transfer/trajectory_gap.log"),
+        logs("trajectory_transfer/summary.log"),
     benchmark:
-        benchmarks("trajectory_gap.tsv")
+        benchmarks("summarize_trajectory_transfer.tsv")
     cache: SHARE
     conda:
         ENV
@@ -63,14 +63,14 @@ rule trajectory_gap:
         mem_mb=700,  # measured: 0.4 GB peak (default run; the flows dominate) x 1.5
         runtime=10,
     params:
-        **code("trajectory_gap.py"),
+        **code("summarize_trajectory_transfer.py"),
         **cfg(
             "seed",
             *ICL_TASK,
             "infinite.rtol",
             "infinite.atol",
-            "transfer.floor_factor",
-            "transfer.lr",
+            "trajectory_transfer.floor_factor",
+            "trajectory_transfer.lr",
         ),
     script:
-        "../scripts/trajectory_gap.py"
+        "../scripts/summarize_trajectory_transfer.py"

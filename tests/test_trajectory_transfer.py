@@ -3,7 +3,7 @@ that falls with L plus constant SGD-noise and Euler floors."""
 import numpy as np
 import pandas as pd
 
-from largeprompt.icl.transfer_gaps import corrected_fit, slopes
+from largeprompt.icl.trajectory_transfer import corrected_fit, slopes
 from tolerance import assert_within, eps
 
 LENGTHS = np.array([20, 40, 80, 160, 320, 640, 1000])

@@ -1,4 +1,4 @@
-"""Rule ``beyond_gaussian_flow`` (docs/experiments.md#beyond_gaussian): the infinite-prompt flows of softmax on one token
+"""Rule ``flow_beyond_gaussian`` (docs/experiments.md#beyond_gaussian): the infinite-prompt flows of softmax on one token
 measure's limit from every R6 seed's initial weights, with the sharpness that sets the runs' step sizes and the stated
 quadrature error. Linear attention's limit is the Gaussian closed form for every measure: the gaussian file also holds
 its flows (the same as Gaussian softmax's), and the R6 runs of every measure read them there."""
@@ -13,7 +13,7 @@ from largeprompt.io.parquet_io import write_parquet
 from largeprompt.io.provenance import provenance
 
 
-def beyond_gaussian_flow(inputs, outputs, params, rule="beyond_gaussian_flow"):
+def flow_beyond_gaussian(inputs, outputs, params, rule="flow_beyond_gaussian"):
     """Write results/<run>/beyond_gaussian/<measure>/flows.parquet: one row per (model, seed, grid time)."""
     section, measure = params["beyond_gaussian"], params["token_measure"]
     task = measure_task(section, measure)

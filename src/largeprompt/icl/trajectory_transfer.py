@@ -46,7 +46,7 @@ def flow_and_euler_floor(task, base_seed: int, seed: int, shared: pd.DataFrame, 
     (default: the Gaussian closed form)."""
     steps, times = shared["step"].to_numpy(), shared["time"].to_numpy()
     if not np.allclose(times, lr * steps, rtol=1e-9, atol=0.0):
-        raise ValueError(f"trajectory gap: seed {seed}'s run is not constant-step SGD at transfer.lr = {lr} "
+        raise ValueError(f"trajectory gap: seed {seed}'s run is not constant-step SGD at trajectory_transfer.lr = {lr} "
                          "(its time is not lr·step), so its Euler floor is not the one of plain gradient descent")
     init = initial_parameters(base_seed, seed, task.token_dim)
     flow, _ = full_model_flow(task, init, times, **tol, risk=risk)

@@ -1,4 +1,4 @@
-"""Rule ``train_transfer`` (R4; docs/experiments.md#trajectory_transfer): the runs of one prompt length at a
+"""Rule ``train_trajectory_transfer`` (R4; docs/experiments.md#trajectory_transfer): the runs of one prompt length at a
 constant small lr, large batch and short horizon, each seed also on an independent batch stream to measure the
 SGD-noise floor, each with its coupled L = ∞ run on the same batches (docs/theory.md#coupled-limit)."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ from largeprompt.io.parquet_io import read_parquet
 from largeprompt.io.pipeline import DEFAULT_RUNTIME, settings_from
 
 
-def train_transfer(inputs, outputs, params, rule="train_transfer", runtime=DEFAULT_RUNTIME):
-    """Write results/<run>/transfer/L{L}.parquet: the R4 runs at this L, constant lr, with their coupled weights."""
+def train_trajectory_transfer(inputs, outputs, params, rule="train_trajectory_transfer", runtime=DEFAULT_RUNTIME):
+    """Write results/<run>/trajectory_transfer/L{L}.parquet: the R4 runs at this L, constant lr, with their coupled weights."""
     task = regression_task(params["icl"])
-    runs = Runs(settings_from(TrainSettings, transfer_section(params["transfer"]), "transfer"), task,
+    runs = Runs(settings_from(TrainSettings, transfer_section(params["trajectory_transfer"]), "trajectory_transfer"), task,
                 read_parquet(inputs["test_set"]), {}, task_limits(task, icl_quadrature(params["icl"])), {"icl": params["icl"]})
     train_and_write(Job(rule, params, runtime, outputs["trajectories"]), runs, then=coupled_weights_of)
