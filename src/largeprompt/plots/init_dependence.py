@@ -3,11 +3,10 @@ converges, drifts or stays on the plateau, when it escapes, and what predicts th
 comes from results/<run>/init_dependence/*.parquet."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.plots.style import apply_style, save_figure, suptitle
+from largeprompt.plots.style import MIN_FONT_PT, apply_style, figure, save_figure, suptitle
 
 CLASS_COLORS = {"converges": "tab:green", "drifts": "tab:purple", "plateau": "tab:gray"}
 
@@ -19,14 +18,14 @@ def _fractions(ax, classes):
     ax.bar(x, frac, color=[CLASS_COLORS[c] for c in classes["flow_class"]], alpha=0.8)
     ax.errorbar(x, frac, yerr=err, fmt="none", color="black", capsize=5, linewidth=1.2)
     for xi, r in zip(x, classes.itertuples()):
-        ax.annotate(f"{r.n_flows}/{r.n_seeds}", (xi, r.fraction_hi), ha="center", va="bottom", fontsize=8,
+        ax.annotate(f"{r.n_flows}/{r.n_seeds}", (xi, r.fraction_hi), ha="center", va="bottom", fontsize=MIN_FONT_PT,
                     xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x, classes["flow_class"])
     ax.set_ylim(0, 1.08)
     ax.set_ylabel("fraction of inits (95% Wilson interval)")
     changed = int(classes["n_changed_at_doubled_horizon"].sum())
-    ax.set_title(f"class of each seed's $R_\\infty$ flow at $T$\n(doubling $T$ changes {changed} of "
-                 f"{int(classes['n_seeds'].iloc[0])} classes)", fontsize=9)
+    ax.set_title(f"class of each seed's $R_\\infty$ flow at $T$ (doubling $T$ changes {changed} of "
+                 f"{int(classes['n_seeds'].iloc[0])} classes)")
 
 
 def _escape_times(ax, flows):
@@ -39,8 +38,8 @@ def _escape_times(ax, flows):
     ax.set_xscale("log")
     ax.set_xlabel("escape time (first $t$ with $R_\\infty$ below the plateau midpoint)")
     ax.set_ylabel("inits")
-    ax.set_title("escape from the initial plateau, by class", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("escape from the initial plateau, by class")
+    ax.legend()
 
 
 def _route(ax, flows):
@@ -54,9 +53,9 @@ def _route(ax, flows):
     ax.set_yscale("log")
     ax.set_xlabel("escape time")
     ax.set_ylabel(r"$\|m_y\|\|u_x\| \,/\, (|u_y|\,\|M_x\|_F)$ at half the escape time")
-    ax.set_title("which term of $C_1$ carries the escape:\nrank-one $m_y u_x^\\top\\Lambda$ (above 1) or "
-                 "$u_y M_x^\\top\\Lambda$ (below)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("which term of $C_1$ carries the escape: rank-one $m_y u_x^\\top\\Lambda$ (above 1) or "
+                 "$u_y M_x^\\top\\Lambda$ (below)")
+    ax.legend()
 
 
 def _predictors(ax, predictors):
@@ -67,26 +66,28 @@ def _predictors(ax, predictors):
     ax.barh(y, acc, color=colors, alpha=0.75)
     ax.errorbar(acc, y, xerr=err, fmt="none", color="black", capsize=3, linewidth=1)
     base = float(predictors["majority_baseline"].iloc[0])
-    ax.axvline(base, color="black", linestyle="--", linewidth=1.1, label=f"majority class ({base:.2f})")
+    ax.axvline(base, color="black", linestyle="--", linewidth=1.1)
     labels = [f"{p} (along the flow)" if c == "flow" else p for p, c in zip(predictors["predictor"], predictors["computed"])]
-    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_yticks(y, labels)
     ax.set_xlim(0, 1.02)
     ax.set_xlabel(f"cross-validated accuracy, drifts vs converges ({int(predictors['n_flows'].iloc[0])} flows)")
-    ax.set_title("what predicts drift: quantities at init (blue)\nand read off the flow (orange)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"what predicts drift: quantities at init (blue) and read off the flow (orange); dashed: always "
+                 f"guessing the majority class ({base:.2f})")
 
 
 def plot_init_dependence(inputs, outputs, params=None, rule="plot_init_dependence"):
+    """Three panels at text width, the predictors' accuracies under them."""
     apply_style()
     flows, classes = read_parquet(inputs["flows"]), read_parquet(inputs["classes"])
     predictors = read_parquet(inputs["predictors"])
-    fig, axes = plt.subplots(1, 4, figsize=(20, 5.2), gridspec_kw={"width_ratios": [0.8, 1, 1, 1.3]})
+    fig = figure("text", 5.4)
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.15, 1])  # own layouts: the long predictor names stay below
+    axes = top.subplots(1, 3, width_ratios=[0.8, 1, 1])
     _fractions(axes[0], classes)
     _escape_times(axes[1], flows)
     _route(axes[2], flows)
-    _predictors(axes[3], predictors)
+    _predictors(bottom.subplots(), predictors)
     suptitle(fig, "Which torch-default inits drift: the $R_\\infty$ flow of the §6 model from "
              f"{len(flows)} consecutive init seeds",
-             (params or {}).get("run"), fontsize=11)
-    fig.tight_layout()
+             (params or {}).get("run"))
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -4,16 +4,18 @@ and trapped runs, and escape times. Draws only: every number comes from results/
 icl/bayes_risk.parquet and init_dependence/classes.parquet."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.plots.style import REFERENCE_STYLE, apply_style, save_figure, suptitle
+from largeprompt.plots.style import MIN_FONT_PT, REFERENCE_STYLE, apply_style, figure, legend_below, save_figure, suptitle
 
 COLORS = {"softmax": "tab:red", "linear": "tab:blue"}
 OFFSET = {"softmax": 0.96, "linear": 1.04}  # runs of the two models side by side at each L
 TRAPPED_MARKERS = {"no readout": "^", "worse equilibrium": "v"}
-MAX_COUNT_LABELS = 6  # prompt lengths labelled with their ok counts at most; beyond, the title gives the ranges
+MAX_COUNT_LABELS = 3  # prompt lengths labelled with their ok counts at most (on a panel a third of the text width);
+# beyond, the title gives the ranges
+COUNT_OFFSETS = {"softmax": 2, "linear": 2 + 1.5 * MIN_FONT_PT}  # points above the axes: the two rows of counts apart
+TITLE_PAD = COUNT_OFFSETS["linear"] + 1.5 * MIN_FONT_PT  # the loss panel's title above both rows
 
 
 def _band(ax, table, column, color, label):
@@ -50,12 +52,13 @@ def _runs(ax, runs, table, column, model):
 
 
 def _modes(ax, table, model):
-    """Where the ok runs split into two modes: a bar at each mode's mean, labelled with its number of runs."""
+    """Where the ok runs split into two modes: a bar at each mode's mean, labelled with its number of runs (below the
+    lower bar, above the upper one: never on each other)."""
     split = table[table["n_modes"] == 2]
     for r in split.itertuples():
-        for mean, n in ((r.lower_mode_mean, r.lower_mode_runs), (r.upper_mode_mean, r.upper_mode_runs)):
+        for mean, n, va in ((r.lower_mode_mean, r.lower_mode_runs, "top"), (r.upper_mode_mean, r.upper_mode_runs, "bottom")):
             ax.plot([r.prompt_length * 0.88, r.prompt_length * 1.12], [mean, mean], color=COLORS[model], linewidth=2.4)
-            ax.annotate(f"{n}", (r.prompt_length * 1.13, mean), fontsize=6, color=COLORS[model], va="center")
+            ax.annotate(f"{n}", (r.prompt_length * 1.13, mean), fontsize=MIN_FONT_PT, color=COLORS[model], va=va)
     if len(split):
         ax.plot([], [], color=COLORS[model], linewidth=2.4, label=f"{model}: the two modes of the ok runs (runs each)")
 
@@ -86,10 +89,10 @@ def _loss_panel(ax, runs, table, bayes):
             _runs(ax, runs[runs["model"] == model], t, "final_test_loss", model)
             _modes(ax, t, model)
     _theory(ax, table, bayes)
-    ax.set_title("final test loss; " + _count_note(ax, table) + "\n(red: softmax, blue: linear)", fontsize=8, pad=20)
+    note, labelled = _count_note(ax, table)
+    ax.set_title(f"final test loss; {note} (red: softmax, blue: linear)", pad=TITLE_PAD if labelled else None)
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("final test MSE")
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
 
 
 def _span(counts) -> str:
@@ -97,23 +100,23 @@ def _span(counts) -> str:
     return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
-def _count_note(ax, table) -> str:
+def _count_note(ax, table) -> tuple[str, bool]:
     """ok runs / seeds at the top of the axes, only at the (model, L) where some run is not ok: with 19 prompt
     lengths (the paper run) a count at every L ran into its neighbours, so beyond MAX_COUNT_LABELS such lengths the
-    title gives each model's range of ok runs instead."""
+    title gives each model's range of ok runs instead. The note for the title, and whether counts were drawn."""
     partial = table[table["n_ok"] < table["n_seeds"]]
     seeds = sorted(set(table["n_seeds"].astype(int)))
     per_l = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per $L$" if len(seeds) == 1 else "seeds per $L$"
     if partial["prompt_length"].nunique() > MAX_COUNT_LABELS:  # labels at most L would overlap: ranges instead
         ranges = [f"{m} {_span(g['n_ok'])}" for m, g in table.groupby("model", sort=False)]
-        return f"ok runs / {per_l}: " + ", ".join(ranges)
+        return f"ok runs / {per_l}: " + ", ".join(ranges), False
     for r in partial.itertuples():
-        ax.annotate(f"{int(r.n_ok)}/{int(r.n_seeds)}", (r.prompt_length, ax.get_ylim()[1]), fontsize=6,
-                    color=COLORS[r.model], ha="center", va="bottom", xytext=(0, 2 if r.model == "softmax" else 9),
+        ax.annotate(f"{int(r.n_ok)}/{int(r.n_seeds)}", (r.prompt_length, ax.get_ylim()[1]), fontsize=MIN_FONT_PT,
+                    color=COLORS[r.model], ha="center", va="bottom", xytext=(0, COUNT_OFFSETS[r.model]),
                     textcoords="offset points", annotation_clip=False)
     if partial.empty:
-        return f"every run ok ({per_l})"
-    return f"at the top: ok runs / {per_l} where not every run is ok"
+        return f"every run ok ({per_l})", False
+    return f"at the top: ok runs / {per_l} where not every run is ok", True
 
 
 def _ratio_title(table) -> str:
@@ -155,31 +158,29 @@ def _excess_panel(ax, runs, table):
                 linewidth=1.1, label=r"$L\,(\sigma^2 + f(\alpha^*)/L - $Bayes$)$")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel(r"$L\,\cdot$ (test MSE $-$ Bayes risk), ok runs")
-    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$; {_ratio_title(table)}", fontsize=8, pad=20)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.set_title(f"flat in $L$ = excess risk $O(1/L)$; {_ratio_title(table)}")
 
 
 def _escape_panel(ax, runs):
     shared = runs[(runs["stream"] == 0) & (runs["status"] != "diverged") & runs["escape_time"].notna()]
     for model, color in COLORS.items():
         r = shared[shared["model"] == model]
-        for status, marker, fill in (("ok", "o", color), ("unconverged", "D", "none"), ("trapped", "v", "none")):
-            g = r[r["status"] == status]
-            if len(g):
-                ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time_ratio"], s=14,
-                           marker=marker, facecolors=fill, edgecolors=color, label=f"{model}, {status} runs")
+        for status, reason, marker in (("ok", None, "o"), ("unconverged", None, "D"), *(("trapped", k, m) for k, m in
+                                                                                   TRAPPED_MARKERS.items())):
+            g = r[(r["status"] == status) & ((r["trap_reason"] == reason) if reason else True)]
+            if len(g):  # the loss panel's marks, named in the legend once
+                ax.scatter(g["prompt_length"] * OFFSET[model], g["escape_time_ratio"], s=14, marker=marker,
+                           facecolors=color if status == "ok" else "none", edgecolors=color)
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="escapes when its $L=\\infty$ flow does")
     if shared.empty:
-        ax.text(0.5, 0.7, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center", fontsize=8)
+        ax.text(0.5, 0.7, "no run left the plateau within the horizon", transform=ax.transAxes, ha="center")
     ax.set_xscale("log")
     ratio = shared["escape_time_ratio"]
     if len(ratio) and ratio.max() / ratio.min() > 3:  # a log axis shows no label between 1 and 2 (paper run: 1-1.3)
         ax.set_yscale("log")
     ax.set_xlabel("prompt length $L$")
     ax.set_ylabel("run's escape time / its flow's")
-    ax.set_title("escape from the initial plateau:\neach run against the $R_\\infty$ flow from its initial weights",
-                 fontsize=8, pad=20)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.set_title("escape from the initial plateau: each run against the $R_\\infty$ flow from its initial weights")
 
 
 def _drift_note(table, classes) -> str:
@@ -193,16 +194,22 @@ def _drift_note(table, classes) -> str:
 
 
 def plot_training_vs_prompt_length(inputs, outputs, params=None, rule="plot_training_vs_prompt_length"):
+    """Three panels at text width; every entry of their legends, once, in one legend below them."""
     apply_style()
     runs, table = read_parquet(inputs["runs"]), read_parquet(inputs["summary"])
     bayes = read_parquet(inputs["bayes_risk"]).sort_values("prompt_length")
     classes = read_parquet(inputs["init_classes"])
-    fig, axes = plt.subplots(1, 3, figsize=(16, 6.6))
+    fig = figure("text", 5.5)
+    axes = fig.subplots(1, 3)
     _loss_panel(axes[0], runs, table, bayes)
     _excess_panel(axes[1], runs, table)
     _escape_panel(axes[2], runs)
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    legend_below(fig, list(entries.values()), list(entries))
     suptitle(fig, "R6: trained softmax attention approaches linear attention as the prompt grows\n"
              + _drift_note(table, classes),
-             (params or {}).get("run"), fontsize=10, y=0.995)
-    fig.subplots_adjust(top=0.83, bottom=0.26, wspace=0.25)
+             (params or {}).get("run"))
     save_figure(fig, outputs["pdf"], outputs["png"])

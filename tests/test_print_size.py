@@ -1,0 +1,141 @@
+"""Figures at print size (docs/architecture.md#print-size): every figure of the smoke run, drawn again from its
+tables by its plot module, is saved exactly one of the paper's widths wide (within a pixel at the saved dpi), sets
+no text below the font floor, keeps every text inside the canvas, and no two texts or legends overlap (titles,
+axis labels, tick labels, annotations, legends: each as the box matplotlib draws it in)."""
+import importlib
+import os
+from pathlib import Path
+
+import matplotlib.text
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.legend import Legend
+from PIL import Image
+
+from helpers import REPO, SMOKE
+from largeprompt.plots import style
+
+FIGURES = sorted(path.stem.removeprefix("plot_") for path in (REPO / "workflow" / "scripts").glob("plot_*.py"))
+
+
+def plot_inputs(work: Path, configfile: str) -> dict[str, dict]:
+    """Figure name → the inputs Snakemake gives rule ``plot_<name>`` (input name → path, or list of paths) with
+    ``configfile``, under the checkout ``work`` (a copy of REPO), as REPO's parsed workflow has them: nothing here
+    repeats figures.smk. Parsing runs the Snakefile in this process; the working directory and environment are put
+    back (as in helpers.workflow_rules)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    def under_work(value):
+        return [str(work / str(v)) for v in value] if isinstance(value, list) else str(work / str(value))
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    try:
+        with SnakemakeApi(OutputSettings()) as api:
+            workflow = api.workflow(ResourceSettings(), ConfigSettings(configfiles=[REPO / configfile]),
+                                    snakefile=REPO / "Snakefile", workdir=REPO)._workflow  # as helpers.workflow_rules
+            return {rule.name.removeprefix("plot_"): {key: under_work(value) for key, value in rule.input.items()}
+                    for rule in workflow.rules if rule.name.startswith("plot_")}
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def draw(name: str, inputs: dict, out: Path, run: str):
+    """Figure ``name`` drawn from ``inputs`` by its plot module into ``out``: (the Figure, as saved; the PNG path)."""
+    module = importlib.import_module(f"largeprompt.plots.{name}")
+    saved = []
+
+    def keep(fig, pdf, png):
+        style_save(fig, pdf, png)
+        saved.append(fig)
+
+    style_save = module.save_figure
+    paths = {"pdf": str(out / f"{name}.pdf"), "png": str(out / f"{name}.png")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "save_figure", keep)
+        getattr(module, f"plot_{name}")(inputs, paths, {"run": run})
+    return saved[0], Path(paths["png"])
+
+
+def drawn_texts(fig):
+    """(renderer, the texts drawn outside legends, the legends drawn, every text drawn), the figure drawn at the
+    saved dpi: what Text.draw and Legend.draw are called on, so only ticks in view and axes that are on count."""
+    texts, legends = [], []
+    text_draw, legend_draw = matplotlib.text.Text.draw, Legend.draw
+
+    def record_text(self, renderer):
+        text_draw(self, renderer)
+        if self.get_visible() and self.get_text().strip():
+            texts.append(self)
+
+    def record_legend(self, renderer):
+        legend_draw(self, renderer)
+        if self.get_visible():
+            legends.append(self)
+
+    fig.set_dpi(style.DPI)
+    canvas = FigureCanvasAgg(fig)  # pyplot leaves a closed figure a canvas that cannot draw
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.text.Text, "draw", record_text)
+        mp.setattr(Legend, "draw", record_legend)
+        canvas.draw()
+    texts, legends = list({id(t): t for t in texts}.values()), list({id(g): g for g in legends}.values())
+    inside = {id(t) for legend in legends for t in legend.findobj(matplotlib.text.Text)}
+    return canvas.get_renderer(), [t for t in texts if id(t) not in inside], legends, texts
+
+
+def overlap(a, b) -> bool:
+    """Two boxes share an area (boxes that only touch do not; Bbox.overlaps counts touching)."""
+    return min(a.x1, b.x1) > max(a.x0, b.x0) and min(a.y1, b.y1) > max(a.y0, b.y0)
+
+
+def describe(artist) -> str:
+    return f"{type(artist).__name__} {artist.get_text()!r}" if hasattr(artist, "get_text") else type(artist).__name__
+
+
+@pytest.fixture(scope="module")
+def figures(smoke_run, tmp_path_factory):
+    work, out = smoke_run[0], tmp_path_factory.mktemp("print_size")
+    inputs = plot_inputs(work, SMOKE)
+    assert sorted(inputs) == FIGURES  # a rule plot_F for every workflow/scripts/plot_F.py
+    return {name: draw(name, inputs[name], out, "smoke") for name in FIGURES}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_saved_at_one_of_the_paper_widths(figures, name):
+    fig, png = figures[name]
+    with Image.open(png) as image:
+        width_px, dpi = image.size[0], image.info["dpi"][0]
+    assert round(dpi) == style.DPI
+    assert any(abs(width_px - inches * style.DPI) <= 1 for inches in style.WIDTHS_IN.values()), (name, width_px)
+    assert fig.get_figwidth() in style.WIDTHS_IN.values()
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_no_text_below_the_font_floor(figures, name):
+    _, _, _, texts = drawn_texts(figures[name][0])
+    small = [(describe(t), t.get_fontsize()) for t in texts if t.get_fontsize() < style.MIN_FONT_PT]
+    assert not small, small
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_text_and_legend_inside_the_canvas(figures, name):
+    fig = figures[name][0]
+    renderer, texts, legends, _ = drawn_texts(fig)
+    canvas = fig.bbox
+    outside = []
+    for artist in texts + legends:
+        box = artist.get_window_extent(renderer)
+        if box.x0 < canvas.x0 or box.y0 < canvas.y0 or box.x1 > canvas.x1 or box.y1 > canvas.y1:
+            outside.append((describe(artist), box.bounds))
+    assert not outside, outside
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_no_two_texts_or_legends_overlap(figures, name):
+    renderer, texts, legends, _ = drawn_texts(figures[name][0])
+    boxes = [(describe(a), a.get_window_extent(renderer)) for a in texts + legends]
+    clashes = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if overlap(box, other)]
+    assert not clashes, clashes
