@@ -18,6 +18,7 @@ from docutils.parsers.rst.directives.images import Image
 
 DIRECTIVE = "embedded-result"
 LEDGER_DIRECTIVE = "claims-ledger"
+CSS_PX_PER_IN = 96  # CSS pixels to the inch
 LEDGER_COLUMNS = ["claim_id", "kind", "verdict", "verdict_unadjusted", "p_holm", "value", "ci_low", "ci_high", "predicted",
                   "claim", "why", "figure"]
 
@@ -28,11 +29,28 @@ def data_uri(path: str | Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"
 
 
+def printed_width(path: str | Path) -> str | None:
+    """The width a PNG prints at (its pixels over its dpi: docs/architecture.md#print-size) in CSS px, 96 to the
+    inch, such as ``"648px"`` for the text width; None for another file or a PNG without a dpi."""
+    if Path(path).suffix.lower() != ".png":
+        return None
+    from PIL import Image as Picture  # the report page only
+
+    with Picture.open(path) as picture:
+        dpi = picture.info.get("dpi")
+        return f"{round(picture.size[0] / dpi[0] * CSS_PX_PER_IN)}px" if dpi and dpi[0] else None
+
+
 class EmbeddedResult(Image):
-    """``.. embedded-result:: figures/<run>/name.png`` with the options of ``image`` (width, alt, target)."""
+    """``.. embedded-result:: figures/<run>/name.png`` with the options of ``image`` (width, alt, target); a figure
+    is shown at its printed width (:func:`printed_width`), whatever width the page asks for."""
 
     def run(self):
-        self.arguments[0] = data_uri(directives.uri(self.arguments[0]))
+        path = directives.uri(self.arguments[0])
+        self.options["width"] = printed_width(path) or self.options.get("width")
+        if self.options["width"] is None:
+            del self.options["width"]
+        self.arguments[0] = data_uri(path)
         return super().run()
 
 
