@@ -4,12 +4,14 @@ no text below the font floor, keeps every text inside the canvas, and no two tex
 axis labels, tick labels, annotations, legends: each as the box matplotlib draws it in)."""
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.text
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.legend import Legend
+from matplotlib.transforms import Bbox
 from PIL import Image
 
 from helpers import REPO, SMOKE
@@ -59,21 +61,32 @@ def draw(name: str, inputs: dict, out: Path, run: str):
     return saved[0], Path(paths["png"])
 
 
-def drawn_texts(fig):
-    """(renderer, the texts drawn outside legends, the legends drawn, every text drawn), the figure drawn at the
-    saved dpi: what Text.draw and Legend.draw are called on, so only ticks in view and axes that are on count."""
-    texts, legends = [], []
+@dataclass
+class Drawn:
+    """One figure as saved, drawn once more at the saved dpi to read its texts."""
+
+    png: Path
+    width_in: float
+    canvas: Bbox  # the figure's box, pixels
+    boxes: list  # (description, box in pixels) of each text drawn outside a legend and of each legend
+    sizes: list  # (description, font size in points) of every text drawn, legends' included
+
+
+def measure(fig, png: Path) -> Drawn:
+    """What Text.draw and Legend.draw are called on when ``fig`` is drawn at the saved dpi: only ticks in view and
+    axes that are on count, and a legend counts as one box (its texts are inside it)."""
+    texts, legends = {}, {}
     text_draw, legend_draw = matplotlib.text.Text.draw, Legend.draw
 
     def record_text(self, renderer):
         text_draw(self, renderer)
         if self.get_visible() and self.get_text().strip():
-            texts.append(self)
+            texts[id(self)] = self
 
     def record_legend(self, renderer):
         legend_draw(self, renderer)
         if self.get_visible():
-            legends.append(self)
+            legends[id(self)] = self
 
     fig.set_dpi(style.DPI)
     canvas = FigureCanvasAgg(fig)  # pyplot leaves a closed figure a canvas that cannot draw
@@ -81,9 +94,12 @@ def drawn_texts(fig):
         mp.setattr(matplotlib.text.Text, "draw", record_text)
         mp.setattr(Legend, "draw", record_legend)
         canvas.draw()
-    texts, legends = list({id(t): t for t in texts}.values()), list({id(g): g for g in legends}.values())
-    inside = {id(t) for legend in legends for t in legend.findobj(matplotlib.text.Text)}
-    return canvas.get_renderer(), [t for t in texts if id(t) not in inside], legends, texts
+    renderer = canvas.get_renderer()
+    inside = {id(t) for legend in legends.values() for t in legend.findobj(matplotlib.text.Text)}
+    free = [t for key, t in texts.items() if key not in inside] + list(legends.values())
+    return Drawn(png=png, width_in=fig.get_figwidth(), canvas=fig.bbox.frozen(),
+                 boxes=[(describe(a), a.get_window_extent(renderer)) for a in free],
+                 sizes=[(describe(t), t.get_fontsize()) for t in texts.values()])
 
 
 def overlap(a, b) -> bool:
@@ -96,46 +112,38 @@ def describe(artist) -> str:
 
 
 @pytest.fixture(scope="module")
-def figures(smoke_run, tmp_path_factory):
+def figures(smoke_run, tmp_path_factory) -> dict[str, Drawn]:
     work, out = smoke_run[0], tmp_path_factory.mktemp("print_size")
     inputs = plot_inputs(work, SMOKE)
     assert sorted(inputs) == FIGURES  # a rule plot_F for every workflow/scripts/plot_F.py
-    return {name: draw(name, inputs[name], out, "smoke") for name in FIGURES}
+    return {name: measure(*draw(name, inputs[name], out, "smoke")) for name in FIGURES}
 
 
 @pytest.mark.parametrize("name", FIGURES)
 def test_saved_at_one_of_the_paper_widths(figures, name):
-    fig, png = figures[name]
-    with Image.open(png) as image:
+    with Image.open(figures[name].png) as image:
         width_px, dpi = image.size[0], image.info["dpi"][0]
     assert round(dpi) == style.DPI
     assert any(abs(width_px - inches * style.DPI) <= 1 for inches in style.WIDTHS_IN.values()), (name, width_px)
-    assert fig.get_figwidth() in style.WIDTHS_IN.values()
+    assert figures[name].width_in in style.WIDTHS_IN.values()
 
 
 @pytest.mark.parametrize("name", FIGURES)
 def test_no_text_below_the_font_floor(figures, name):
-    _, _, _, texts = drawn_texts(figures[name][0])
-    small = [(describe(t), t.get_fontsize()) for t in texts if t.get_fontsize() < style.MIN_FONT_PT]
+    small = [(text, size) for text, size in figures[name].sizes if size < style.MIN_FONT_PT]
     assert not small, small
 
 
 @pytest.mark.parametrize("name", FIGURES)
 def test_every_text_and_legend_inside_the_canvas(figures, name):
-    fig = figures[name][0]
-    renderer, texts, legends, _ = drawn_texts(fig)
-    canvas = fig.bbox
-    outside = []
-    for artist in texts + legends:
-        box = artist.get_window_extent(renderer)
-        if box.x0 < canvas.x0 or box.y0 < canvas.y0 or box.x1 > canvas.x1 or box.y1 > canvas.y1:
-            outside.append((describe(artist), box.bounds))
+    canvas = figures[name].canvas
+    outside = [(text, box.bounds) for text, box in figures[name].boxes
+               if box.x0 < canvas.x0 or box.y0 < canvas.y0 or box.x1 > canvas.x1 or box.y1 > canvas.y1]
     assert not outside, outside
 
 
 @pytest.mark.parametrize("name", FIGURES)
 def test_no_two_texts_or_legends_overlap(figures, name):
-    renderer, texts, legends, _ = drawn_texts(figures[name][0])
-    boxes = [(describe(a), a.get_window_extent(renderer)) for a in texts + legends]
+    boxes = figures[name].boxes
     clashes = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if overlap(box, other)]
     assert not clashes, clashes
