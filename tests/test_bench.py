@@ -220,7 +220,7 @@ def test_fresh_copy_leaves_out_outputs_caches_and_the_virtualenv(tmp_path):
 
 def test_bench_command_line_help(capsys, monkeypatch):
     """`largeprompt bench --help` and `python -m largeprompt.bench --help` (the package's __main__) reach the bench's CLI."""
-    from largeprompt import cli
+    from largeprompt.commands import cli
 
     monkeypatch.setattr(sys, "argv", ["python -m largeprompt.bench", "--help"])
     for call in (lambda: cli.main(["bench", "--help"]), lambda: runpy.run_module("largeprompt.bench", run_name="__main__")):

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from largeprompt import cli
+from largeprompt.commands import cli
 from largeprompt.ledger import calibration as cal
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from largeprompt import cli, reading
+from largeprompt.commands import cli, reading
 from largeprompt.io.parquet_io import write_parquet
 from largeprompt.ledger import claims as ledger
 from largeprompt.ledger import compare, readings

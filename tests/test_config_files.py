@@ -4,7 +4,7 @@ there is one; and the hint `snakemake --report` prints for a run without figures
 import pytest
 
 from helpers import REPO
-from largeprompt.cli import main
+from largeprompt.commands.cli import main
 from largeprompt.io.config import ConfigError, check_config_files, read_config_file
 from largeprompt.io.pipeline import report_hint
 

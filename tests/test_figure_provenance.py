@@ -6,7 +6,7 @@ import json
 import matplotlib.pyplot as plt
 import pytest
 
-from largeprompt import cli
+from largeprompt.commands import cli
 from largeprompt.io import figure_provenance
 from largeprompt.plots.style import save_figure
 

@@ -9,7 +9,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "largeprompt"
 # docs/architecture.md#layers, top to bottom; the application layer (bench, the command line, the report) is last
 LAYERS = ["core", "kernel", "io", "maths", "icl", "ledger", "stages", "plots", "app"]
-APP = {"bench", "cli", "publish", "reading", "report", "__init__"}
+APP = {"bench", "commands", "__init__"}
 PLOTS_READ = {"core", "io", "plots"}
 
 

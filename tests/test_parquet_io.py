@@ -135,7 +135,7 @@ def test_corrupt_and_foreign_files_are_reported(tmp_path, in_a_job):
 
 
 def _inspect(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "largeprompt.cli", "inspect", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "largeprompt.commands.cli", "inspect", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_inspect_prints_provenance_schema_and_rows(tmp_path):

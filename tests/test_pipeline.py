@@ -83,7 +83,7 @@ def test_every_figure_carries_its_run_rule_and_input_hashes(smoke_run):
 
 def test_the_smoke_run_reads_as_claims_with_a_verdict_each(smoke_run):
     """docs/experiments.md#claims: the ledger of the smoke run has a row per claim and a verdict in each."""
-    from largeprompt import reading
+    from largeprompt.commands import reading
     from largeprompt.ledger.claims import CLAIMS
     from largeprompt.ledger.verdicts import VERDICTS
     work, _, _ = smoke_run
@@ -198,7 +198,7 @@ def test_an_overlay_changing_the_noise_moves_only_the_claims_that_read_it(edited
     """docs/experiments.md#claims: after an overlay changes icl.noise_variance, the claims whose tables it rebuilds may
     move and R6.linear does; every other claim keeps its value and unadjusted verdict bit for bit; compare names the
     changed key."""
-    from largeprompt import reading
+    from largeprompt.commands import reading
     from largeprompt.ledger.claims import CLAIMS
     work = edited_copy
     changed = _changed_config(work, tmp_path, ("icl", "noise_variance"), 0.3)
@@ -273,7 +273,7 @@ def test_a_corrupt_input_fails_with_one_line_naming_file_rule_and_command(tmp_pa
     line = next(x for x in proc.stderr.splitlines() if x.startswith("error: results/smoke/icl/test_set.parquet"))
     assert "made by rule 'make_icl_test_set'" in line
     assert "snakemake --cores 2 --force results/smoke/icl/test_set.parquet --configfile config/smoke.yaml" in line
-    inspect = run([sys.executable, "-m", "largeprompt.cli", "inspect", str(victim.relative_to(work))], cwd=work,
+    inspect = run([sys.executable, "-m", "largeprompt.commands.cli", "inspect", str(victim.relative_to(work))], cwd=work,
                   check=False)
     assert inspect.returncode == 2 and "make_icl_test_set" in inspect.stderr and "--force" in inspect.stderr
 
@@ -329,7 +329,7 @@ def test_provenance_round_trips_through_inspect(smoke_run):
     work, _, _ = smoke_run
     with open(work / SMOKE) as fh:
         n_prompts = yaml.safe_load(fh)["affine_limit"]["n_prompts"]
-    proc = run([sys.executable, "-m", "largeprompt.cli", "inspect", "results/smoke/affine_limit/outputs.parquet"],
+    proc = run([sys.executable, "-m", "largeprompt.commands.cli", "inspect", "results/smoke/affine_limit/outputs.parquet"],
                cwd=work)
     assert '"rule": "simulate_affine_limit"' in proc.stdout
     assert f'"n_prompts": {n_prompts}' in proc.stdout

@@ -1,4 +1,4 @@
-"""largeprompt publish (src/largeprompt/publish.py): figures shrunk under the size limit, small tables copied byte
+"""largeprompt publish (src/largeprompt/commands/publish.py): figures shrunk under the size limit, small tables copied byte
 for byte with their provenance, and each rule's measured time read from Snakemake's benchmark files."""
 import json
 
@@ -7,8 +7,8 @@ import pandas as pd
 from PIL import Image
 
 from helpers import REPO
+from largeprompt.commands.publish import busy_seconds, measured_jobs, publish, publish_single_seed, small_png, stage_times
 from largeprompt.io.parquet_io import read_parquet, read_provenance, write_parquet
-from largeprompt.publish import busy_seconds, measured_jobs, publish, publish_single_seed, small_png, stage_times
 
 
 def test_a_large_png_is_shrunk_under_the_limit_and_a_small_one_kept(tmp_path):

@@ -26,8 +26,8 @@ from jinja2 import Environment, StrictUndefined
 from snakemake.utils import validate
 
 from helpers import REPO, SMOKE, run, snakemake_cmd
+from largeprompt.commands.report import data_uri, landing_page
 from largeprompt.io.config import check_config
-from largeprompt.report import data_uri, landing_page
 
 REPORT = REPO / "workflow" / "report"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -236,3 +236,19 @@ def test_landing_page_captions_are_readable(report_dom):
         assert text.startswith("R") and f"docs/experiments.md#{name}" in text, text[:200]
         assert not RAW_MATH.search(text), f"{name}: {RAW_MATH.search(text).group()!r}"
         assert not PRIVATE.search(text), f"{name}: {PRIVATE.search(text).group()!r}"
+
+
+def test_a_figure_is_shown_at_its_printed_width(tmp_path):
+    """printed_width: a PNG's pixels over its dpi, 96 CSS px to the inch (6.75 in → 648px); None for an unreadable PNG,
+    a PNG without a dpi, or another file."""
+    from PIL import Image
+
+    from largeprompt.commands.report import printed_width
+
+    Image.new("RGB", (2025, 10)).save(tmp_path / "text.png", dpi=(300, 300))
+    Image.new("RGB", (975, 10)).save(tmp_path / "column.png", dpi=(300, 300))
+    Image.new("RGB", (975, 10)).save(tmp_path / "no_dpi.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG" * 10)
+    assert printed_width(tmp_path / "text.png") == "648px" and printed_width(tmp_path / "column.png") == "312px"
+    assert printed_width(tmp_path / "no_dpi.png") is None and printed_width(tmp_path / "broken.png") is None
+    assert printed_width(tmp_path / "figure.pdf") is None

@@ -8,5 +8,5 @@ Layers, each importing only those above it in this list (docs/architecture.md#la
 * :mod:`largeprompt.icl`: the §6 in-context regression model, its SGD engine and flows;
 * :mod:`largeprompt.io`: Parquet, provenance, logs and the pipeline's bookkeeping;
 * :mod:`largeprompt.stages`: one module per Snakemake rule; :mod:`largeprompt.plots`: one per figure;
-* :mod:`largeprompt.bench`, :mod:`largeprompt.cli`, :mod:`largeprompt.report`: the tools around them.
+* :mod:`largeprompt.bench`, :mod:`largeprompt.commands.cli`, :mod:`largeprompt.commands.report`: the tools around them.
 """

@@ -111,7 +111,7 @@ rule train_trajectory_transfer_beyond_gaussian:
 rule summarize_beyond_gaussian:
     input:
         train=beyond_gaussian_runs("train"),
-        transfer=beyond_gaussian_runs("trajectory_transfer"),
+        trajectory_transfer=beyond_gaussian_runs("trajectory_transfer"),
         flows=beyond_gaussian_flows(),
     output:
         multiext(

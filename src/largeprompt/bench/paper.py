@@ -113,7 +113,7 @@ def report_lines(stages, cores: int, overhead: float) -> list[str]:
 
 def prediction_record(stages, cores: int, overhead: float) -> dict:
     """Every job's predicted CPU seconds (overhead included) with its rule, for ``--save`` (what
-    :mod:`largeprompt.publish` compares with the measured benchmark files of a run)."""
+    :mod:`largeprompt.commands.publish` compares with the measured benchmark files of a run)."""
     jobs = [dict(name=j.name, rule=j.name.split()[0], stage=label, seconds=j.seconds + overhead, floor=job_floor(j))
             for label, stage_jobs, _ in stages for j in stage_jobs]
     every = [replace(j, seconds=j.seconds + overhead) for _, stage_jobs, _ in stages for j in stage_jobs]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from largeprompt import reading
+from largeprompt.commands import reading
 from largeprompt.io.config import ConfigError, check_config_files
 from largeprompt.io.figure_provenance import read_figure_record
 from largeprompt.io.parquet_io import ResultFileError, read_parquet, read_provenance
@@ -43,7 +43,7 @@ def inspect(path: str, rows: int = 5) -> str:
 
 def check_config_command(files) -> int:
     """``largeprompt check-config FILE...``: config/config.yaml with the overlays merged in, checked against the schema."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # the checkout: src/largeprompt/commands/cli.py
     base = Path("config/config.yaml") if Path("config/config.yaml").is_file() else root / "config" / "config.yaml"
     schema = Path("workflow/schemas/config.schema.yaml")
     schema = schema if schema.is_file() else root / "workflow" / "schemas" / "config.schema.yaml"
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         from largeprompt.bench import main as bench_main  # torch and the stages: only for this command
         return bench_main(argv[1:])
     if argv[:1] == ["publish"]:
-        from largeprompt.publish import main as publish_main
+        from largeprompt.commands.publish import main as publish_main
         return publish_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "check-config":

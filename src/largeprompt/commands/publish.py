@@ -21,10 +21,10 @@ from pyarrow.parquet import read_schema
 
 from largeprompt.bench.memory import benchmark_records
 from largeprompt.bench.report import machine_description
+from largeprompt.commands.reading import format_ledger, markdown
 from largeprompt.io.parquet_io import read_parquet, read_provenance
 from largeprompt.ledger.claims import evaluate
 from largeprompt.ledger.representative import seed_against_reference
-from largeprompt.reading import format_ledger, markdown
 
 MAX_PNG_BYTES = 400_000
 MAX_TABLE_BYTES = 5_000_000

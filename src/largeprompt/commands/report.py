@@ -31,14 +31,18 @@ def data_uri(path: str | Path) -> str:
 
 def printed_width(path: str | Path) -> str | None:
     """The width a PNG prints at (its pixels over its dpi: docs/architecture.md#print-size) in CSS px, 96 to the
-    inch, such as ``"648px"`` for the text width; None for another file or a PNG without a dpi."""
+    inch, such as ``"648px"`` for the text width; None for another file, or a PNG without a dpi or unreadable (the
+    page's own width then applies)."""
     if Path(path).suffix.lower() != ".png":
         return None
     from PIL import Image as Picture  # the report page only
 
-    with Picture.open(path) as picture:
-        dpi = picture.info.get("dpi")
-        return f"{round(picture.size[0] / dpi[0] * CSS_PX_PER_IN)}px" if dpi and dpi[0] else None
+    try:
+        with Picture.open(path) as picture:
+            dpi, width = picture.info.get("dpi"), picture.size[0]
+    except OSError:  # PIL.UnidentifiedImageError included
+        return None
+    return f"{round(width / dpi[0] * CSS_PX_PER_IN)}px" if dpi and dpi[0] else None
 
 
 class EmbeddedResult(Image):
