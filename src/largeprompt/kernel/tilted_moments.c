@@ -20,23 +20,14 @@
         const int full = len / N, vectors = (len + N - 1) / N;                                                  \
         const VI tail_mask = LANES_##T < (len - full * N); /* the valid lanes of the last vector */              \
         V sc[CHUNK_VECTORS], high = (V){} - INFINITY;                                                           \
-        for (int k = 0; k < vectors; k++) {                                                                     \
-            V x = {};                                                                                           \
-            for (int j = 0; j < DD; j++) x += a[j] * zc[j][k];                                                  \
-            if (k >= full) x = (V)(((VI)x & tail_mask) | ((VI)high & ~tail_mask));                              \
-            sc[k] = x;                                                                                          \
-            high = (V)(((VI)high & ~(high < x)) | ((VI)x & (high < x)));                                        \
-        }                                                                                                       \
+        CHUNK_SCORES(V, VI, sc, 0, vectors, full, tail_mask, high,                                              \
+                     ({ V x = {}; for (int j = 0; j < DD; j++) x += a[j] * zc[j][k_]; x; }))                    \
         const T top = HMAX(high);                                                                               \
-        if (top > *ref) { /* rescale what was summed under the old reference */                                 \
-            const T factor = *ref == -INFINITY ? (T)0 : EXP2((V){} + (*ref - top))[0];                          \
-            for (int k = 0; k < 1 + DD + (SECOND ? DD * DD : 0); k++) s[k * sw] *= factor;                      \
-            *ref = top;                                                                                         \
-        }                                                                                                       \
+        RAISE_REFERENCE(T, V, EXP2, *ref, top, for (int k = 0; k < 1 + DD + (SECOND ? DD * DD : 0); k++) s[k * sw] *= factor) \
         V Z = {}, m[DD] = {}, c[SECOND ? DD * (DD + 1) / 2 : 1] = {};                                           \
         for (int k = 0; k < vectors; k++) {                                                                     \
             V e = EXP2(sc[k] - *ref);                                                                           \
-            if (k >= full) e = (V)((VI)e & tail_mask);                                                          \
+            if (k >= full) e = VSELECT(V, VI, tail_mask, e, (V){});                                             \
             Z += e;                                                                                             \
             for (int j = 0, p = 0; j < DD; j++) {                                                               \
                 const V ez = e * zc[j][k];                                                                      \

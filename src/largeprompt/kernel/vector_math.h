@@ -85,9 +85,33 @@ static inline vd exp2_vd(vd x) {
 #define LANES_float ((vfi){0, 1, 2, 3, 4, 5, 6, 7})
 #define LANES_double ((vdi){0, 1, 2, 3})
 #endif
+/* Lanewise select by a comparison's mask (all ones: x, else y), and the lanewise maximum made of it (no NaN in). */
+#define VSELECT(V, VI, mask, x, y) ((V)(((VI)(x) & (mask)) | ((VI)(y) & ~(mask))))
+#define VMAX(V, VI, x, y) VSELECT(V, VI, (x) < (y), y, x)
+
+/* The online softmax of both kernels, one chunk at a time (docs/performance.md#native-moments):
+   CHUNK_SCORES puts the scores of vectors k0 … k1−1 in out[k − k0] (SCORE: an expression in k_), the last vector's
+   lanes past the prompt (k_ ≥ full) set to the running lanewise maximum `high` so that they never raise it, and
+   leaves the chunk's lanewise maximum in `high`; RAISE_REFERENCE then, where the chunk's maximum `top` exceeds the
+   reference `ref` the sums were taken under, scales them by 2^(ref − top) (0 while nothing is summed: ref = −∞)
+   with the statement RESCALE, which reads `factor`, and raises `ref` to `top`: no weight exceeds 1. */
+#define CHUNK_SCORES(V, VI, out, k0, k1, full, tail_mask, high, SCORE)                                              \
+    for (int k_ = (k0); k_ < (k1); k_++) {                                                                          \
+        V x_ = SCORE;                                                                                               \
+        if (k_ >= (full)) x_ = VSELECT(V, VI, tail_mask, x_, high);                                                 \
+        out[k_ - (k0)] = x_;                                                                                        \
+        high = VMAX(V, VI, high, x_);                                                                               \
+    }
+#define RAISE_REFERENCE(T, V, EXP2, ref, top, RESCALE)                                                              \
+    if ((top) > (ref)) {                                                                                            \
+        const T factor = (ref) == -INFINITY ? (T)0 : EXP2((V){} + ((ref) - (top)))[0];                              \
+        RESCALE;                                                                                                    \
+        (ref) = (top);                                                                                              \
+    }
+
 #define ADD(x, y) ((x) + (y))
-#define MAXF(x, y) ((vf)(((vfi)(x) & ~((x) < (y))) | ((vfi)(y) & ((x) < (y)))))
-#define MAXD(x, y) ((vd)(((vdi)(x) & ~((x) < (y))) | ((vdi)(y) & ((x) < (y)))))
+#define MAXF(x, y) VMAX(vf, vfi, x, y)
+#define MAXD(x, y) VMAX(vd, vdi, x, y)
 static inline float hsum_vf(vf v) { return FOLD_F(v, ADD), v[0]; }
 static inline double hsum_vd(vd v) { return FOLD_D(v, ADD), v[0]; }
 static inline float hmax_vf(vf v) { return FOLD_F(v, MAXF), v[0]; }

@@ -30,23 +30,14 @@
         for (int c0 = 0; c0 < vectors; c0 += CHUNK_VECTORS) {                                                    \
             const int c1 = c0 + CHUNK_VECTORS < vectors ? c0 + CHUNK_VECTORS : vectors;                          \
             V high = (V){} - INFINITY;                                                                           \
-            for (int k = c0; k < c1; k++) {                                                                      \
-                V sc = {};                                                                                       \
-                for (int j = 0; j < DD; j++) sc += tilt[j] * ZV(LOAD, N, j, k);                                           \
-                if (k >= full) sc = (V)(((VI)sc & tail_mask) | ((VI)high & ~tail_mask));                         \
-                s[k - c0] = sc;                                                                                  \
-                high = (V)(((VI)high & ~(high < sc)) | ((VI)sc & (high < sc)));                                  \
-            }                                                                                                    \
+            CHUNK_SCORES(V, VI, s, c0, c1, full, tail_mask, high,                                                \
+                         ({ V x = {}; for (int j = 0; j < DD; j++) x += tilt[j] * ZV(LOAD, N, j, k_); x; }))     \
             const T chunk_top = HMAX(high);                                                                      \
-            if (chunk_top > top) { /* rescale what was summed under the old maximum */                           \
-                const T factor = top == -INFINITY ? (T)0 : EXP2((V){} + (top - chunk_top))[0];                   \
-                Z *= factor;                                                                                     \
-                for (int j = 0; j < DD; j++) m[j] *= factor, t[j] *= factor;                                     \
-                top = chunk_top;                                                                                 \
-            }                                                                                                    \
+            RAISE_REFERENCE(T, V, EXP2, top, chunk_top,                                                          \
+                            { Z *= factor; for (int j = 0; j < DD; j++) (m[j] *= factor, t[j] *= factor); })     \
             for (int k = c0; k < c1; k++) {                                                                      \
                 V e = EXP2(s[k - c0] - top), w = {}, zk[DD];                                                     \
-                if (k >= full) e = (V)((VI)e & tail_mask);                                                       \
+                if (k >= full) e = VSELECT(V, VI, tail_mask, e, (V){});                                          \
                 for (int j = 0; j < DD; j++) zk[j] = ZV(LOAD, N, j, k);                                                   \
                 Z += e;                                                                                          \
                 for (int j = 0; j < DD; j++) m[j] += e * zk[j];                                                  \
