@@ -14,9 +14,9 @@ include: "workflow/rules/common.smk"
 
 import sys
 
-# The report's landing page shows every figure with its caption (src/largeprompt/report.py).
+# The report's landing page shows every figure with its caption (src/largeprompt/commands/report.py).
 from largeprompt.io.pipeline import report_hint, share_producers
-from largeprompt.report import landing_page
+from largeprompt.commands.report import landing_page
 
 
 report: landing_page("workflow/report/workflow.rst")
