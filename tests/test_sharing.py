@@ -23,8 +23,10 @@ def test_an_overlay_under_a_new_run_name_recomputes_only_what_its_change_reaches
     computed = {p.relative_to(work / "logs" / "shared").as_posix() for p in (work / "logs" / "shared").rglob("*.log")
                 if p.stat().st_size > 0}
     figures = {p for p in computed if p.startswith("figures/")}
-    # the one compute job n_prompts reaches, and the claims ledger, which reads its table (a summary, never cached)
-    assert computed - figures == {"affine_limit/simulate_affine_limit.log", "claims/evaluate_claims.log"}, computed
+    # the one compute job n_prompts reaches, and the claims ledger, which reads its table, with its numbers.tex
+    # (summaries, never cached)
+    assert computed - figures == {"affine_limit/simulate_affine_limit.log", "claims/evaluate_claims.log",
+                                  "claims/write_numbers.log"}, computed
     assert len(figures) == 10  # every figure of the new run is drawn: each names its run
     assert "from cache" in proc.stdout + proc.stderr
     mine, theirs = (work / "results" / run_name / "affine_limit" / "outputs.parquet" for run_name in ("shared", "smoke"))
@@ -34,4 +36,4 @@ def test_an_overlay_under_a_new_run_name_recomputes_only_what_its_change_reaches
                                                                            "training_runs.parquet"))
     # Shared (cacheable) rules keep no benchmark record under --cache; the figure rules, never cached, keep theirs.
     timed = {p.stem for p in (work / "benchmarks" / "shared").rglob("*.tsv")}
-    assert timed == {f"plot_{Path(name).stem}" for name in figures} | {"evaluate_claims"}, timed
+    assert timed == {f"plot_{Path(name).stem}" for name in figures} | {"evaluate_claims", "write_numbers"}, timed
