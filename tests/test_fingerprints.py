@@ -143,3 +143,22 @@ def test_the_parse_cache_follows_the_text(tmp_path, monkeypatch):
     edited = fp.parse_module.__wrapped__("workflow.scripts.probe", script)
     assert edited.units["f"] != first.units["f"]
     assert len(list((tmp_path / "cache").glob("*.pickle"))) == 2
+
+
+def test_fingerprints_are_keyed_by_definition_so_a_move_reruns_nothing():
+    """fingerprint_entries: one entry per definition name; moving a definition unchanged to another module keeps
+    every entry; editing it changes its entry alone; a module's other statements are keyed by its file; a script's
+    text is one entry; two same-named definitions share one entry that changes with either."""
+    from largeprompt.io.fingerprints import PREAMBLE, fingerprint_entries
+
+    before = {"largeprompt/a.py": {"f": "dump-f", "g": "dump-g", PREAMBLE: "use()"}, "largeprompt/b.py": {"h": "dump-h"},
+              "workflow/scripts/x.py": {"run": "dump-run", PREAMBLE: "main()"}}
+    moved = {"largeprompt/a.py": {"g": "dump-g", PREAMBLE: "use()"}, "largeprompt/b.py": {"h": "dump-h", "f": "dump-f"},
+             "workflow/scripts/x.py": {"run": "dump-run", PREAMBLE: "main()"}}
+    entries = fingerprint_entries(before)
+    assert set(entries) == {"f", "g", "h", "largeprompt/a.py", "workflow/scripts/x.py"}
+    assert fingerprint_entries(moved) == entries
+    edited = fingerprint_entries({**before, "largeprompt/b.py": {"h": "dump-h2"}})
+    assert {k for k in entries if edited[k] != entries[k]} == {"h"}
+    twice = fingerprint_entries({**before, "largeprompt/b.py": {"h": "dump-h", "f": "other-f"}})
+    assert set(twice) == set(entries) and twice["f"] != entries["f"]

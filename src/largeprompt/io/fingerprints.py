@@ -3,12 +3,13 @@
 A rule runs ``workflow/scripts/<rule>.py``, which calls one stage function. Starting from that script, this
 module follows every name the code uses to the top-level definition it names (a function, a class, a
 constant) in a ``largeprompt`` module, transitively; the code reached is the code that can change the
-rule's numbers. The rule's params then carry one entry per module reached, ``code:<file>=<hash>``, the hash
-of the definitions reached in that file (syntax trees without docstrings, so comments and docstrings never
-count). Editing a function reruns exactly the rules that reach it, and Snakemake's rerun reason names its
-file. :mod:`largeprompt.io` is plumbing (Parquet writing, provenance, logs, progress bars, params): never
-followed, never fingerprinted, since it cannot change a number. A module's statements that are not
-definitions (``matplotlib.use(...)``, say) count wherever any of its definitions is reached. Code in another
+rule's numbers. The rule's params then carry one entry per definition name reached, ``code:<name>=<hash>`` (syntax
+trees without docstrings, so comments and docstrings never count; imports are not part of any definition), one per
+file for its statements that are not definitions (``matplotlib.use(...)``, say: they count wherever any definition of
+the module is reached) and one for the script. Editing a function reruns exactly the rules that reach it, and
+Snakemake's rerun reason names it; moving a definition to another module unchanged reruns nothing.
+:mod:`largeprompt.io` is plumbing (Parquet writing, provenance, logs, progress bars, params): never followed, never
+fingerprinted, since it cannot change a number. Code in another
 language that a module builds is named by a constant ``*_SOURCE = "<file>"`` next to it; the file's whole text
 counts as that constant's definition.
 
@@ -227,17 +228,32 @@ def reached(script: str | os.PathLike) -> dict[str, set[str]]:
     return {m: names for m, names in seen.items() if names}
 
 
+def fingerprint_entries(units: dict[str, dict[str, str]]) -> dict[str, str]:
+    """label → hash of the reached code ``units`` ({file label: {definition name: syntax dump}}): one entry per
+    top-level definition *name* (same-named definitions of several files hashed together), one per file for its
+    statements that are not definitions (PREAMBLE, and a script's whole text). Keyed by name, not by file, so moving a
+    definition to another module without changing it changes no entry (docs/architecture.md#fingerprints)."""
+    parts: dict[str, list[str]] = {}
+    for label, names in units.items():
+        script = label.startswith("workflow/")
+        for name, dump in names.items():
+            key = label if script or name == PREAMBLE else name
+            parts.setdefault(key, []).append(f"{name}:{dump}")
+    return {key: hashlib.sha256("".join(sorted(p)).encode()).hexdigest()[:12] for key, p in sorted(parts.items())}
+
+
 def code_settings(script: str | os.PathLike, setting) -> dict:
-    """``params:`` entries ``code:<file>=<hash>`` for the code a rule's script reaches (module docstring);
+    """``params:`` entries ``code:<label>=<hash>`` for the code a rule's script reaches (:func:`fingerprint_entries`:
+    ``code:<definition name>``, ``code:<file>`` for a module's other statements and for the script itself);
     ``setting(key, value)`` builds each entry (:class:`largeprompt.io.pipeline.Setting`)."""
-    out = {}
+    units = {}
     for module, names in sorted(reached(script).items()):
         mod = parse_module(module, Path(script).resolve() if module.startswith("workflow.") else None)
-        digest = hashlib.sha256("".join(f"{n}:{mod.units[n]}" for n in sorted(names)).encode()).hexdigest()[:12]
         label = f"workflow/scripts/{Path(script).name}" if module.startswith("workflow.") else \
             mod.path.relative_to(PACKAGE_DIR.parent).as_posix()
-        out["code__" + re.sub(r"\W", "_", label)] = setting(CODE_PREFIX + label, digest)
-    return out
+        units[label] = {n: mod.units[n] for n in names}
+    return {"code__" + re.sub(r"\W", "_", label): setting(CODE_PREFIX + label, digest)
+            for label, digest in fingerprint_entries(units).items()}
 
 
 def rerun_table(scripts_dir: str | os.PathLike) -> dict[str, list[str]]:
