@@ -27,7 +27,7 @@ from largeprompt.stages.write_numbers import write_numbers
 ROOT = Path(__file__).resolve().parents[1]
 DEFINITION = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")
 NUMBER = re.compile(r"(-?\d+)(?:\.(\d+))?(?:\\times10\^\{(-?\d+)\})?")
-SPECIALS = "\\{}#$%&_~^"
+LATEX_ESCAPES = "\\{}#$%&_~^"
 TRICKY = r"50% of a_b & {x} #1 costs $2 ~ 3^2 \ done"
 
 
@@ -180,7 +180,7 @@ def test_latex_specials_are_escaped():
     text = macros[macro_name(synthetic_claims()["claim_id"][3], "PredictedText")]
     assert unescape(text) == TRICKY
     bare = re.sub(r"\\(textbackslash|textasciitilde|textasciicircum)\{\}|\\[{}#$%&_]", "", text)
-    assert not set(bare) & set(SPECIALS), bare
+    assert not set(bare) & set(LATEX_ESCAPES), bare
     assert escape("line one\nline two") == "line one line two"  # one definition a line
 
 

@@ -127,11 +127,12 @@ def sgd_update(weights, grads, lr) -> None:
     the reduced model, the coupled L = ∞ runs; the native step is its twin, docs/theory.md#sgd-stability). ``lr``: a
     number, or a tensor broadcast against each weight (per run: [R, 1, 1]), where 0 leaves a weight exactly as it is
     even if its gradient is not finite (a frozen, diverged run)."""
+    frozen = lr == 0 if torch.is_tensor(lr) and bool((lr == 0).any()) else None  # checked once, not per weight
     with torch.no_grad():
         for w, g in zip(weights, grads):
             step = lr * g
-            if torch.is_tensor(lr) and bool((lr == 0).any()):
-                step = torch.where(lr == 0, torch.zeros((), dtype=step.dtype, device=step.device), step)
+            if frozen is not None:
+                step = torch.where(frozen, torch.zeros((), dtype=step.dtype, device=step.device), step)
             w.sub_(step)
 
 

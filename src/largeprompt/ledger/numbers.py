@@ -29,7 +29,7 @@ SPELLED = {"point": "Point", "to": "To", "minus": "Minus"}
 TOKEN = re.compile(r"(?P<point>(?<=\d)\.(?=\d))|(?P<to>\.\.)|(?P<minus>-(?=\d))|(?P<digit>\d)|(?P<word>[A-Za-z]+)"
                    r"|(?P<other>.)", re.S)
 MISSING = "--"
-SPECIALS = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "#": r"\#", "$": r"\$", "%": r"\%", "&": r"\&",
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "#": r"\#", "$": r"\$", "%": r"\%", "&": r"\&",
             "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 FIXED_EXPONENTS = range(-3, 6)  # |x| in [0.001, 10⁶) is printed in fixed point, else in powers of ten
 MAX_DECIMALS = 15  # float64 carries no more
@@ -64,7 +64,7 @@ def macro_name(key: str, field: str = "") -> str:
 
 def escape(text) -> str:
     """``text`` with LaTeX's special characters escaped and line breaks made spaces (one definition a line)."""
-    return re.sub(r"[\\{}#$%&_~^]", lambda m: SPECIALS[m.group()], " ".join(str(text).splitlines()))
+    return re.sub(r"[\\{}#$%&_~^]", lambda m: LATEX_ESCAPES[m.group()], " ".join(str(text).splitlines()))
 
 
 def _float(x) -> float:
