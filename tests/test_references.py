@@ -37,3 +37,31 @@ def test_every_cited_docs_anchor_exists():
     missing = sorted({f"{name}: docs/{doc}.md#{anchor}" for name, text in shipped_texts().items()
                       for doc, anchor in CITED.findall(text) if anchor not in anchors[doc]})
     assert not missing, "cited anchors missing from the docs:\n" + "\n".join(missing)
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _headings_as_anchors(text: str) -> set[str]:
+    """GitHub's anchors for a file's headings (lower case, punctuation dropped, spaces to hyphens)."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    """A link from the front door or a docs page to a file or an anchor in the repository reaches it."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in MARKDOWN_LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md":
+                text = dest.read_text()
+                if anchor not in set(ANCHOR.findall(text)) | _headings_as_anchors(text):
+                    broken.append(f"{page.relative_to(REPO)}: {target} (no such anchor)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
