@@ -1,7 +1,9 @@
 """Figures at print size (docs/architecture.md#print-size): every figure of the smoke run, drawn again from its
 tables by its plot module, is saved exactly one of the paper's widths wide (within a pixel at the saved dpi), sets
 no text below the font floor, keeps every text inside the canvas, and no two texts or legends overlap (titles,
-axis labels, tick labels, annotations, legends: each as the box matplotlib draws it in)."""
+axis labels, tick labels, annotations, legends: each as the box matplotlib draws it in), and fits a page. The figures
+whose inputs the published paper run ships (docs/paper-run/tables) are drawn from those too: the paper's sizes
+(three token measures, nine tilts, L to 2^20) must fit as well."""
 import importlib
 import os
 from dataclasses import dataclass
@@ -67,6 +69,7 @@ class Drawn:
 
     png: Path
     width_in: float
+    height_in: float
     canvas: Bbox  # the figure's box, pixels
     boxes: list  # (description, box in pixels) of each text drawn outside a legend and of each legend
     sizes: list  # (description, font size in points) of every text drawn, legends' included
@@ -97,7 +100,7 @@ def measure(fig, png: Path) -> Drawn:
     renderer = canvas.get_renderer()
     inside = {id(t) for legend in legends.values() for t in legend.findobj(matplotlib.text.Text)}
     free = [t for key, t in texts.items() if key not in inside] + list(legends.values())
-    return Drawn(png=png, width_in=fig.get_figwidth(), canvas=fig.bbox.frozen(),
+    return Drawn(png=png, width_in=fig.get_figwidth(), height_in=fig.get_figheight(), canvas=fig.bbox.frozen(),
                  boxes=[(describe(a), a.get_window_extent(renderer)) for a in free],
                  sizes=[(describe(t), t.get_fontsize()) for t in texts.values()])
 
@@ -111,15 +114,42 @@ def describe(artist) -> str:
     return f"{type(artist).__name__} {artist.get_text()!r}" if hasattr(artist, "get_text") else type(artist).__name__
 
 
+PAPER_TABLES = REPO / "docs" / "paper-run" / "tables"
+
+
+def published_inputs() -> dict[str, dict]:
+    """Figure name → its paper-run inputs as published under docs/paper-run/tables, for each figure whose every
+    input is published there."""
+    inputs = plot_inputs(Path("/run"), "config/paper.yaml")
+
+    def published(value):
+        return [published(v) for v in value] if isinstance(value, list) else PAPER_TABLES / Path(value).relative_to("/run/results/paper")
+
+    shipped = {name: {key: published(value) for key, value in table.items()} for name, table in inputs.items()}
+    paths = lambda table: [p for v in table.values() for p in (v if isinstance(v, list) else [v])]  # noqa: E731
+    return {name: table for name, table in shipped.items() if all(p.is_file() for p in paths(table))}
+
+
+PAPER_FIGURES = ["affine_limit", "balanced_flow", "fixed_query_bound", "gradient_concentration", "init_dependence",
+                 "output_concentration", "rate_exponent"]  # every input published in docs/paper-run/tables
+
+
 @pytest.fixture(scope="module")
 def figures(smoke_run, tmp_path_factory) -> dict[str, Drawn]:
     work, out = smoke_run[0], tmp_path_factory.mktemp("print_size")
     inputs = plot_inputs(work, SMOKE)
     assert sorted(inputs) == FIGURES  # a rule plot_F for every workflow/scripts/plot_F.py
-    return {name: measure(*draw(name, inputs[name], out, "smoke")) for name in FIGURES}
+    drawn = {name: measure(*draw(name, inputs[name], out, "smoke")) for name in FIGURES}
+    paper = published_inputs()
+    assert set(PAPER_FIGURES) <= set(paper), sorted(paper)
+    drawn |= {f"paper:{name}": measure(*draw(name, paper[name], out / "paper", "paper")) for name in PAPER_FIGURES}
+    return drawn
 
 
-@pytest.mark.parametrize("name", FIGURES)
+ALL = FIGURES + [f"paper:{name}" for name in PAPER_FIGURES]
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_saved_at_one_of_the_paper_widths(figures, name):
     with Image.open(figures[name].png) as image:
         width_px, dpi = image.size[0], image.info["dpi"][0]
@@ -128,13 +158,13 @@ def test_saved_at_one_of_the_paper_widths(figures, name):
     assert figures[name].width_in in style.WIDTHS_IN.values()
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", ALL)
 def test_no_text_below_the_font_floor(figures, name):
     small = [(text, size) for text, size in figures[name].sizes if size < style.MIN_FONT_PT]
     assert not small, small
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", ALL)
 def test_every_text_and_legend_inside_the_canvas(figures, name):
     canvas = figures[name].canvas
     outside = [(text, box.bounds) for text, box in figures[name].boxes
@@ -142,8 +172,23 @@ def test_every_text_and_legend_inside_the_canvas(figures, name):
     assert not outside, outside
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", ALL)
 def test_no_two_texts_or_legends_overlap(figures, name):
     boxes = figures[name].boxes
     clashes = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if overlap(box, other)]
     assert not clashes, clashes
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fits_a_page(figures, name):
+    with Image.open(figures[name].png) as image:
+        height_px = image.size[1]
+    assert figures[name].height_in <= style.TEXT_HEIGHT_IN
+    assert height_px <= style.TEXT_HEIGHT_IN * style.DPI + 1, (name, height_px)
+
+
+def test_no_figure_taller_than_a_page_is_made():
+    with pytest.raises(ValueError, match="does not fit a page"):
+        style.figure("text", style.TEXT_HEIGHT_IN + 0.5)
+    assert style.row_height(6, 1.9, 1.5) * 6 + 1.5 <= style.TEXT_HEIGHT_IN
+    assert style.row_height(2, 1.9, 1.5) == 1.9

@@ -8,9 +8,10 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from largeprompt.io.parquet_io import read_parquet
-from largeprompt.plots.style import legend_below
+from largeprompt.plots.style import figure, legend_below, row_height, suptitle
 
-ROW_HEIGHT_IN = 3.4  # one row of three panels at text width, with its legend of fitted exponents under it
+ROW_HEIGHT_IN = 1.9  # one row of three panels at text width; less where the rows would not fit a page
+FIXED_HEIGHT_IN = 1.5  # the title and the shared legend under the rows
 METRIC_LABELS = {
     "output": r"$\|T_L - T_\infty\|^2$",
     "grad_U": r"$\|\partial_U T_L - \partial_U T_\infty\|_F^2$",
@@ -34,40 +35,46 @@ def read_rate_tables(inputs, names=("error_statistics", "exponents", "rate_guide
     return {name: read_parquet(inputs[name]) for name in names}
 
 
-def _fit_text(fit) -> str:
-    return f"{fit.estimate:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]"
-
-
-def draw_concentration_row(row, tables: dict, metric: str, measure: str):
-    """Three panels for one metric in the subfigure ``row``: mean (+ predicted rate), median and 90% quantile, local
-    exponent; the fitted exponents of every c and the line styles in one legend under them."""
-    ax_mean, ax_med, ax_local = row.subplots(1, 3)
-    mine = {name: _rows(table, metric=metric, token_measure=measure) for name, table in tables.items()}
-    colours = c_palette(mine["exponents"]["c"].unique())
-    handles, labels = [], []
-    for c, colour in colours.items():
-        stat = _rows(mine["error_statistics"], c=c)
-        fit, mfit = (_rows(mine["exponents"], c=c, statistic=s).iloc[0] for s in ("mean", "median"))
-        handles += _draw_c(ax_mean, ax_med, ax_local, mine, stat, c, colour, fit)
-        labels.append(f"c={c:g}: mean {_fit_text(fit)}, median {_fit_text(mfit)}")
-    guide = (r"predicted rate $L^{-p(c)}$ (left) and exponent $p(c) = \min(1,(\sqrt{1+4/c}-1)/2)$ (right)"
-             if measure == "gaussian" else r"predicted rate $L^{-1}$ (left) and exponent 1 (right; bounded tokens)")
+def concentration_figure(tables: dict, rows: list[tuple[str, str]], title: str, run: str | None):
+    """One row of three panels per (token measure, metric) of ``rows`` (:func:`draw_concentration_row`), the column
+    titles on the top row, prompt lengths on the bottom row, one legend of tilts and line styles under them; rows
+    shrink to fit a page (docs/architecture.md#print-size). The fitted exponents are figure ``rate_exponent``'s."""
+    fig = figure("text", row_height(len(rows), ROW_HEIGHT_IN, FIXED_HEIGHT_IN) * len(rows) + FIXED_HEIGHT_IN)
+    grid = fig.subplots(len(rows), 3, squeeze=False, sharex=True)
+    for panels, (measure, metric) in zip(grid, rows):
+        draw_concentration_row(panels, tables, metric, measure)
+    for ax, column in zip(grid[0], ("mean (dashed: predicted rate)", "median (solid), 90% quantile (dotted)",
+                                    "local exponent of the mean (dashed: predicted)")):
+        ax.set_title(column)
+    for ax in grid[-1]:
+        ax.set_xlabel("prompt length $L$")
+    c_values = sorted(tables["exponents"]["c"].unique())
+    handles = [Line2D([], [], color=colour, marker="o", ms=2.5) for colour in c_palette(c_values).values()]
+    labels = [f"$c$ = {c:g}" for c in c_values]
     handles += [Line2D([], [], color="grey", linestyle="--"), Line2D([], [], color="grey", linestyle=":")]
-    labels += [f"dashed: {guide}", "dotted: 90% quantile"]
-    label = METRIC_LABELS.get(metric, metric)
-    for ax, title in ((ax_mean, f"mean of {label}"), (ax_med, "median (solid), 90% quantile (dotted)")):
+    labels += [r"predicted: $L^{-p(c)}$, $p(c) = \min(1,(\sqrt{1+4/c}-1)/2)$ (Gaussian); $L^{-1}$ (bounded tokens)",
+               "90% quantile"]
+    legend_below(fig, handles, labels, title=r"tilt $c = \sigma^2 u^2$ (fitted exponents: figure rate_exponent)")
+    suptitle(fig, title, run)
+    return fig
+
+
+def draw_concentration_row(panels, tables: dict, metric: str, measure: str) -> None:
+    """Three panels for one (token measure, metric): mean (+ predicted rate), median and 90% quantile, local
+    exponent (+ predicted exponent), every tilt c in its colour; the row is named by the first panel's y label."""
+    ax_mean, ax_med, ax_local = panels
+    mine = {name: _rows(table, metric=metric, token_measure=measure) for name, table in tables.items()}
+    colours = c_palette(tables["exponents"]["c"].unique())
+    for c in sorted(mine["exponents"]["c"].unique()):
+        fit = _rows(mine["exponents"], c=c, statistic="mean").iloc[0]
+        _draw_c(ax_mean, ax_med, ax_local, mine, _rows(mine["error_statistics"], c=c), c, colours[c], fit)
+    for ax in (ax_mean, ax_med):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("prompt length $L$")
-        ax.set_title(title)
-    ax_mean.set_ylabel(label)
+    ax_mean.set_ylabel(f"{measure}: {METRIC_LABELS.get(metric, metric)}")
     ax_local.set_xscale("log", base=2)
-    ax_local.set_xlabel("prompt length $L$")
-    ax_local.set_ylabel(r"local exponent $-d\log E\,/\,d\log L$")
-    ax_local.set_title("local decay exponent of the mean")
+    ax_local.set_ylabel(r"$-d\log E\,/\,d\log L$")
     ax_local.set_ylim(-0.1, 1.5)
-    legend_below(row, handles, labels, title=r"fitted exponent $\hat p$ over the upper half of $L$, 95% bootstrap CI")
-    return ax_mean, ax_med, ax_local
 
 
 def _draw_c(ax_mean, ax_med, ax_local, mine, stat, c, colour, fit) -> list:

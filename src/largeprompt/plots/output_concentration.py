@@ -1,19 +1,16 @@
 """Figure `output_concentration` (R2, docs/experiments.md#output_concentration): mean, median, 90% quantile and local exponent of ‖T_L − T_∞‖²."""
 from __future__ import annotations
 
-from largeprompt.plots.concentration import ROW_HEIGHT_IN, draw_concentration_row, read_rate_tables
-from largeprompt.plots.style import apply_style, figure, save_figure, suptitle
+from largeprompt.plots.concentration import concentration_figure, read_rate_tables
+from largeprompt.plots.style import apply_style, save_figure
 
 
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
     apply_style()
     tables = read_rate_tables(inputs)
     measures = list(dict.fromkeys(tables["exponents"]["token_measure"]))
-    fig = figure("text", ROW_HEIGHT_IN * len(measures) + 0.4)
-    for row, measure in zip(fig.subfigures(len(measures), 1, squeeze=False)[:, 0], measures):
-        first = draw_concentration_row(row, tables, "output", measure)[0]
-        first.set_title(f"{measure} tokens: " + first.get_title())
-    suptitle(fig, r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate "
-             r"$L^{-\min(1,(\sqrt{1+4/c}-1)/2)}$ (up to logs), median rate $L^{-1}$",
-             (params or {}).get("run"))
+    fig = concentration_figure(tables, [(m, "output") for m in measures],
+                               r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate "
+                               r"$L^{-\min(1,(\sqrt{1+4/c}-1)/2)}$ (up to logs), median rate $L^{-1}$",
+                               (params or {}).get("run"))
     save_figure(fig, outputs["pdf"], outputs["png"])

@@ -22,6 +22,7 @@ from largeprompt.io import figure_provenance  # noqa: E402
 
 TEXT_WIDTH_IN = 6.75  # ICML: the full text width
 COLUMN_WIDTH_IN = 3.25  # ICML: one column
+TEXT_HEIGHT_IN = 9.0  # ICML: the text height, the tallest a figure can print
 WIDTHS_IN = {"text": TEXT_WIDTH_IN, "column": COLUMN_WIDTH_IN}
 MIN_FONT_PT = 7  # no text smaller, at the printed size: ticks, legends, notes
 LABEL_FONT_PT = 8  # axis labels and panel titles
@@ -44,8 +45,17 @@ def apply_style() -> None:
 
 def figure(width: str, height: float):
     """A figure ``width`` ("text": :data:`TEXT_WIDTH_IN`, "column": :data:`COLUMN_WIDTH_IN`) wide and ``height`` inches
-    tall, laid out by constrained layout; add panels with ``fig.subplots`` or ``fig.subfigures``."""
+    tall (at most :data:`TEXT_HEIGHT_IN`: a page), laid out by constrained layout; add panels with ``fig.subplots`` or
+    ``fig.subfigures``."""
+    if height > TEXT_HEIGHT_IN:
+        raise ValueError(f"a figure {height:.2f} in tall does not fit a page ({TEXT_HEIGHT_IN} in): give it fewer rows")
     return plt.figure(figsize=(WIDTHS_IN[width], height), layout="constrained")
+
+
+def row_height(n_rows: int, most: float, fixed: float) -> float:
+    """The height of each of ``n_rows`` rows of panels: ``most`` inches, or less where the rows and ``fixed`` inches
+    (title, legend) would not fit a page (:data:`TEXT_HEIGHT_IN`)."""
+    return min(most, (TEXT_HEIGHT_IN - fixed) / n_rows)
 
 
 PUBLISHED_RUNS = ("default", "paper")  # the configurations whose figures are results; any other run says so
