@@ -33,6 +33,37 @@ def test_two_sided_test_and_its_resolution():
     assert h.two_sided(math.nan, 0.1, 1.0).verdict == v.INCONCLUSIVE
 
 
+@pytest.mark.parametrize("variance_per_excess", [0.0, 4e-4])
+def test_one_draw_law_matches_its_monte_carlo(variance_per_excess):
+    """shifted_by_one_draw's p-value against a Monte Carlo of its null law D = X + √(v·X)·Z + se·T, X = e·Exp(1):
+    closed form over X (v = 0) and Gauss–Laguerre over X (v > 0), both tails, to the Monte Carlo p's binomial error."""
+    rng = np.random.default_rng(7)
+    n, e, se, dof = 2_000_000, 1.5e-4, 2e-5, 4
+    x = e * rng.exponential(size=n)
+    draws = x + np.sqrt(variance_per_excess * x) * rng.standard_normal(n) + se * rng.standard_t(dof, n)
+    for d in (-3e-4, -1e-4, 0.0, 2e-4, 8e-4, 1.5e-3):
+        tail = min((draws >= d).mean(), (draws <= d).mean())
+        expected = 2 * tail
+        got = h.shifted_by_one_draw(1 + d, se, dof, e, 1.0, None, variance_per_excess).p_value
+        if expected == 0:
+            assert got < 2 * 5 / n, (d, got)
+            continue
+        assert abs(got - expected) <= 2 * 4 * math.sqrt(tail * (1 - tail) / n) + 1e-3 * expected, (d, got, expected)
+
+
+def test_one_draw_law_without_the_test_set_term_rejects_data_that_has_it():
+    """Data with the test set's first-order term (the paper run's sizes): left out of the law, the test rejects far
+    more often than 5%; in it, at about 5% (the same draws)."""
+    rng = np.random.default_rng(3)
+    e, v, se, dof, n = 1.5e-4, 4 / 10_000, 2e-5, 7, 400
+    x = e * rng.exponential(size=n)
+    d = x + np.sqrt(v * x) * rng.standard_normal(n) + se * rng.standard_t(dof, n)
+    without = np.mean([h.shifted_by_one_draw(1 + di, se, dof, e, 1.0).p_value < h.ALPHA for di in d])
+    with_term = np.mean([h.shifted_by_one_draw(1 + di, se, dof, e, 1.0, None, v).p_value < h.ALPHA for di in d])
+    assert without > 0.3
+    assert abs(with_term - h.ALPHA) <= 4 * math.sqrt(h.ALPHA * (1 - h.ALPHA) / n)
+
+
 def test_one_sided_tests_reject_only_on_their_side():
     assert h.at_least(0.5, 0.05, 0.6).verdict == v.DISAGREES and h.at_least(5.0, 0.05, 0.6).verdict == v.AGREES
     assert h.at_most(5.0, 0.05, 0.6).verdict == v.DISAGREES and h.at_most(0.5, 0.05, 0.6).verdict == v.AGREES

@@ -60,3 +60,23 @@ def test_stationary_excess_matches_simulated_sgd_on_least_squares():
     blocks = tail[: len(tail) // 1000 * 1000].reshape(1000, -1).mean(1)  # batch means: the chain is correlated
     mc = blocks.std(ddof=1) / np.sqrt(len(blocks))
     assert abs(tail.mean() - predicted) <= MC_Z * mc + 2 * (2 * lr) * predicted
+
+
+def test_test_set_term_has_variance_four_excess_risk_over_n():
+    """docs/theory.md#sgd-test-set-term on least squares (Σ₁ = 2R·H exactly, R = σ²): over many test sets of N
+    prompts, the test-set difference R̂(w* + δ) − R̂(w*) at one fixed displacement δ has mean x = ½δᵀHδ and variance
+    4·R·x/N + 2x²/N (the first-order term and the quadratic one), checked against the readings' constant."""
+    from largeprompt.ledger.readings import TEST_SET_VARIANCE_PER_EXCESS
+
+    rng = np.random.default_rng(11)
+    d, sigma, n, n_sets = 4, 0.5, 400, 20_000
+    scales = np.array([1.0, 0.5, 2.0, 1.5])
+    delta = 0.03 * rng.standard_normal(d)
+    x = float(np.sum((scales * delta) ** 2))  # ½δᵀHδ with H = 2Σ_x, Σ_x = diag(scales²)
+    feats = scales * rng.standard_normal((n_sets, n, d))
+    resid = sigma * rng.standard_normal((n_sets, n))  # y − x·w* at w*
+    diffs = ((feats @ delta) ** 2 - 2 * resid * (feats @ delta)).mean(axis=1)  # ℓ(w* + δ) − ℓ(w*), averaged per set
+    predicted = TEST_SET_VARIANCE_PER_EXCESS * sigma**2 * x / n + 2 * x**2 / n
+    var_se = diffs.var() * np.sqrt(2 / (n_sets - 1))  # of a sample variance (near-Gaussian diffs)
+    assert abs(diffs.mean() - x) <= MC_Z * diffs.std() / np.sqrt(n_sets)
+    assert abs(diffs.var() - predicted) <= MC_Z * var_se

@@ -196,7 +196,8 @@ def test_seed_mean_change_over_the_ok_shared_stream_runs_that_reached_the_horizo
 
 
 def bayes_row(L=50):
-    return pd.Series({"bayes_risk": 0.3, "optimal_linear_attention_risk": 0.33, "optimal_linear_attention_test_risk": 0.34},
+    return pd.Series({"bayes_risk": 0.3, "optimal_linear_attention_risk": 0.33, "optimal_linear_attention_test_risk": 0.34,
+                      "n_test_prompts": 1000},
                      name=L)
 
 
@@ -249,7 +250,7 @@ def test_summarize_training_judges_outcomes_and_records_the_flow_class(tmp_path)
                                      + 0 * TIMES) for m in ("softmax", "linear") for s in (0, 1)], ignore_index=True)
         paths.append(write_parquet(traj, tmp_path / f"L{L}.parquet", prov))
     bayes = pd.DataFrame({"prompt_length": [10, 50], "bayes_risk": [0.2, 0.15], "optimal_linear_attention_risk": [0.29, 0.2],
-                          "optimal_linear_attention_test_risk": [0.29, 0.29]})
+                          "optimal_linear_attention_test_risk": [0.29, 0.29], "n_test_prompts": [100, 100]})
     write_parquet(bayes, tmp_path / "bayes.parquet", prov)
     icl = {"dim": 2, "covariance_rho": 0.5, "task_variance": 0.5, "noise_variance": 0.1}
     train = {"batch_size": 16, "trapped_loss_ratio": {"softmax": 1.25, "linear": 1.1}, "trapped_readout_fraction": 0.1,

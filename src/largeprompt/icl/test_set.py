@@ -94,4 +94,5 @@ def reference_risks(task: RegressionTask, test_set, prompt_length: int, ridge: f
                                                                        prompt_length, task.excess_kurtosis),
         "optimal_linear_attention_test_risk": float(linear.mean()),
         "optimal_linear_attention_test_risk_se": float(linear.std() / n**0.5),
+        "n_test_prompts": n,
     }

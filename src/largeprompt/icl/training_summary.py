@@ -137,6 +137,7 @@ def theory_columns(L: int, bayes: pd.Series, theory: dict) -> dict:
     softmax = theory["noise_variance"] + theory["valley_correction"] / L
     b = float(bayes["bayes_risk"])
     return {"optimal_linear_attention_risk": population, "optimal_linear_attention_test_risk": test,
+            "n_test_prompts": int(bayes["n_test_prompts"]),
             "softmax_leading_order_risk": softmax, "softmax_leading_order_test_risk": test + softmax - population,
             "softmax_theory_valid": L >= SOFTMAX_EXPANSION_MIN_PROMPT_LENGTH,
             "linear_theory_scaled_excess": L * (test - b), "softmax_theory_scaled_excess": L * (test + softmax - population - b),

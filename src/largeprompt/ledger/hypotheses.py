@@ -10,6 +10,7 @@ reject an error of that size, so not rejecting says nothing).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -100,24 +101,52 @@ def bracket(low_side: tuple, high_side: tuple, predicted: float, resolution: flo
     return Outcome((lo_est + hi_est) / 2, lo, hi, float(predicted), p, verdict)
 
 
+def _draw_tails(y: np.ndarray, mean_excess: float, variance: float) -> tuple[np.ndarray, np.ndarray]:
+    """(P(X ≤ y), P(X ≥ y)) of X = e·E + √(v·e·E)·Z, E ~ Exp(1), Z ~ N(0, 1): an asymmetric Laplace law with rates
+    a = 2/(e + r) above 0 and b = (e + r)/(v·e) below, r = √(e² + 2v·e) (b = ∞, X = e·E, where v = 0)."""
+    r = math.sqrt(mean_excess**2 + 2 * variance * mean_excess)
+    up = 2 / (mean_excess + r)
+    down = math.inf if variance == 0 else (mean_excess + r) / (variance * mean_excess)
+    down_share = up / (up + down)  # P(X < 0)
+    above = (1 - down_share) * np.exp(-up * np.maximum(y, 0.0))  # P(X ≥ y) for y ≥ 0
+    below = down_share * np.exp(down * np.minimum(y, 0.0)) if variance else np.zeros_like(y)  # P(X ≤ y) for y < 0
+    return np.where(y >= 0, 1 - above, below), np.where(y >= 0, above, 1 - below)
+
+
+T_GRID = np.sinh(np.linspace(-math.asinh(1e4), math.asinh(1e4), 8001))  # T's nodes: dense near 0, to |T| = 10⁴
+
+
+@functools.lru_cache(maxsize=64)
+def _t_weights(dof: float) -> tuple[np.ndarray, float, float]:
+    """Student t(dof)'s quadrature weights on :data:`T_GRID` and its mass below and above the grid."""
+    law = stats.t(dof)
+    return law.pdf(T_GRID) * np.gradient(T_GRID), float(law.cdf(T_GRID[0])), float(law.sf(T_GRID[-1]))
+
+
 def shifted_by_one_draw(observed, se, dof, mean_excess, predicted_base, resolution: float | None = None,
-                        n_grid: int = 4000) -> Outcome:
-    """H0: observed = predicted_base + e·E + T·se with E ~ Exp(1) (one draw of a non-negative excess of mean e: a
-    quadratic form ½δθᵀHδθ over k ≥ 2 directions, whose tails are heaviest at k = 2) and T ~ Student t(dof) (the
-    seeds' mean). Two-sided: p = 2·min(P(D ≥ d), P(D ≤ d)), the law of D by quadrature over T's quantiles."""
-    if not _finite(observed, se, mean_excess, predicted_base) or se <= 0 or mean_excess < 0:
+                        test_variance_per_excess: float = 0.0) -> Outcome:
+    """H0: observed = predicted_base + X + √(v·X)·Z + T·se, with X = e·E one draw of a non-negative excess of mean e
+    (E ~ Exp(1): a quadratic form ½δθᵀHδθ over k ≥ 2 directions, whose tails are heaviest at k = 2), Z ~ N(0, 1)
+    the test set's first-order term, whose variance grows with the draw (v = ``test_variance_per_excess``,
+    docs/theory.md#sgd-test-set-term), and T ~ Student t(dof) (the seeds' mean). Two-sided: p = 2·min(P(D ≥ d),
+    P(D ≤ d)); X + √(v·X)·Z in closed form (:func:`_draw_tails`), T by quadrature on :data:`T_GRID`, both tails
+    directly."""
+    if not _finite(observed, se, mean_excess, predicted_base, test_variance_per_excess) or se <= 0 or mean_excess < 0:
         return Outcome(_f(observed), math.nan, math.nan, _f(predicted_base), math.nan, INCONCLUSIVE)
     if mean_excess == 0:
         return two_sided(observed, se, predicted_base, resolution, dof)
-    t = stats.t(dof).ppf((np.arange(n_grid) + 0.5) / n_grid) * se  # [n]: the seeds' term, by its quantiles
-    d = observed - predicted_base
-    upper = float(np.mean(np.minimum(1.0, np.exp(-(d - t) / mean_excess))))  # P(e·E ≥ d − T)
-    p = float(min(1.0, 2 * min(upper, 1.0 - upper)))
+    d, v = observed - predicted_base, test_variance_per_excess
+    weights, below_grid, above_grid = _t_weights(float(dof))
+    lower, upper = _draw_tails(d - T_GRID * se, mean_excess, v)
+    tails = [float(weights @ lower) + below_grid, float(weights @ upper) + above_grid]
+    p = float(min(1.0, 2 * min(tails)))
     q = float(stats.t(dof).ppf(1 - ALPHA / 2))
-    half = q * se + mean_excess * math.log(2 / ALPHA)  # the seeds' 97.5% and E's 97.5% quantile, side by side
+    tail = math.log(2 / ALPHA)  # E's 97.5% quantile
+    test_half = Z * math.sqrt(v * mean_excess * tail)
+    half = q * se + mean_excess * tail + test_half  # the three terms' 97.5% quantiles, side by side
     verdict = resolved(verdict_of(p), half / 2, resolution)
-    return Outcome(float(observed), observed - q * se - mean_excess, observed + half, predicted_base + mean_excess, p,
-                   verdict)
+    return Outcome(float(observed), observed - q * se - mean_excess - test_half, observed + half,
+                   predicted_base + mean_excess, p, verdict)
 
 
 def binomial_at_most(successes: int, trials: int, rate: float) -> Outcome:

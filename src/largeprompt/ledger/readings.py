@@ -17,6 +17,7 @@ from largeprompt.maths.leading_terms import exponent_with_seed_bootstrap
 COEFFICIENT_RESOLUTION = 0.25  # a leading-coefficient ratio known to ±25% or worse cannot be read: inconclusive
 EXPONENT_RESOLUTION = 0.1  # an exponent known to ±0.1 or worse cannot tell 1 from 0.9: inconclusive
 LINEAR_MIN_PROMPT_LENGTH = 20  # R6.linear is read at L ≥ 20 (docs/experiments.md#training_vs_prompt_length)
+TEST_SET_VARIANCE_PER_EXCESS = 4.0  # Var of the test set's first-order term = 4·excess·R/n_test, with Σ₁ ≈ 2R·H (docs/theory.md#sgd-test-set-term)
 R4_BOOTSTRAP = 400
 
 
@@ -231,7 +232,9 @@ def linear_at_optimum(read, claim):
         tests = [_linear_test(r) for r in lin.to_dict("records")]
         worst = min(tests, key=lambda t: (t.p_value if np.isfinite(t.p_value) else 2.0))
         p = min(1.0, worst.p_value * len(tests)) if np.isfinite(worst.p_value) else math.nan
-        why = None if "sgd_excess_mean" in lin else "this table has no SGD-excess column: R(Γ*) alone is predicted"
+        why = ("this table has no SGD-excess column: R(Γ*) alone is predicted" if "sgd_excess_mean" not in lin else
+               "this table has no n_test_prompts column: the test set's first-order term is left out"
+               if "n_test_prompts" not in lin else None)
         out.append((name, h.Outcome(worst.value, worst.lo, worst.hi, worst.predicted, p, h.verdict_of(p)), why))
     return out
 
@@ -240,14 +243,17 @@ def _linear_test(r: dict) -> h.Outcome:
     """One L of R6.linear: measured / R(Γ*) against 1 + SGD's stationary excess / R(Γ*). Every seed trains on the
     same batch stream, so the seeds end on one draw of SGD's stationary law, not on independent ones: that draw's
     excess is a non-negative quadratic form of mean e, tested with the law of :func:`hypotheses.shifted_by_one_draw`
-    beside the seeds' Student t (n_ok − 1 degrees of freedom) and the Monte Carlo error of e."""
+    beside the seeds' Student t (n_ok − 1 degrees of freedom), the Monte Carlo error of e and the test set's
+    first-order term, of variance 4·excess/n_test in these units (docs/theory.md#sgd-test-set-term)."""
     ref = r["optimal_linear_attention_test_risk"]
     excess, excess_se = r.get("sgd_excess_mean", 0.0), r.get("sgd_excess_se", 0.0)
     if not np.isfinite(excess):
         excess, excess_se = 0.0, 0.0
+    n_test = r.get("n_test_prompts", math.nan)
+    test_variance = TEST_SET_VARIANCE_PER_EXCESS / n_test if np.isfinite(n_test) and n_test > 0 else 0.0
     se = math.hypot(se_of(r["final_test_loss_lo"], r["final_test_loss_hi"], r["n_ok"] - 1), excess_se) / ref
     return h.shifted_by_one_draw(r["final_test_loss_mean"] / ref, se, r["n_ok"] - 1, excess / ref, 1.0,
-                                 COEFFICIENT_RESOLUTION)
+                                 COEFFICIENT_RESOLUTION, test_variance)
 
 
 def softmax_leading_order(read, claim):

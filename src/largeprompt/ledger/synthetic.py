@@ -29,8 +29,9 @@ TRANSFER = {"default": dict(seeds=4, lengths=(20, 40, 80, 160)),
             "paper": dict(seeds=8, lengths=(20, 40, 80, 160, 320, 640, 1000))}
 # section `train` (R6): the L where the claim is read, ok runs per L
 SOFTMAX_TRAIN = {"default": dict(lengths=(200, 500, 1000), n_ok=8), "paper": dict(lengths=tuple(range(200, 1001, 100)), n_ok=5)}
-LINEAR_TRAIN = {"default": dict(lengths=(20, 50, 100, 200, 500, 1000), n_ok=8),
-                "paper": dict(lengths=(20, 30, 40, 50, 60, 70, 80, 90, 100) + tuple(range(200, 1001, 100)), n_ok=5)}
+LINEAR_TRAIN = {"default": dict(lengths=(20, 50, 100, 200, 500, 1000), n_ok=8, n_test=1000),
+                "paper": dict(lengths=(20, 30, 40, 50, 60, 70, 80, 90, 100) + tuple(range(200, 1001, 100)), n_ok=5,
+                              n_test=10000)}
 
 # magnitudes of the paper run (docs/paper-run/tables): R4's full-model softmax gaps, R6's spread over ok runs
 GAP_AMPLITUDE = (1.2, 0.7)  # L·Δ: log-normal median and log-sd over seeds (L·sup_distance ≈ 0.5–4 at L = 20)
@@ -220,20 +221,25 @@ def softmax_outcome(rng, budget: str, leading: float = 1.0) -> h.Outcome:
 
 def linear_table(rng, budget: str, ratio: float = 1.0, stiff: int | None = None) -> pd.DataFrame:
     """A train table whose linear runs end at ratio·R(Γ*)·(1 + N(0, sd²)) at every L; with ``stiff`` = k, plus SGD's
-    stationary excess: one draw per L shared by every seed (one batch stream), e·χ²_k/k with mean e, and the
-    columns sgd_excess_mean = e (its Monte Carlo se 1% of it) that R6.linear then predicts."""
+    stationary excess: one draw x per L shared by every seed (one batch stream), e·χ²_k/k with mean e, and the test
+    set's first-order term N(0, 4·x·R(Γ*)/n_test) of that draw (docs/theory.md#sgd-test-set-term), with the columns
+    sgd_excess_mean = e (its Monte Carlo se 1% of it) and n_test_prompts that R6.linear then reads."""
     cfg = LINEAR_TRAIN[budget]
     lengths = np.array(cfg["lengths"], dtype=np.float64)
     optimum = 0.1 + 3.2 / lengths  # R(Γ*) of the §6 task, roughly (0.42 at L = 10, 0.103 at L = 1000)
     runs = ratio * optimum[:, None] * (1 + LINEAR_RUN_SD * rng.standard_normal((len(lengths), cfg["n_ok"])))
     excess = LINEAR_SGD_EXCESS * optimum
     if stiff:
-        runs = runs + (excess * rng.chisquare(stiff, len(lengths)) / stiff)[:, None]
+        draw = excess * rng.chisquare(stiff, len(lengths)) / stiff
+        test_term = np.sqrt(4 * draw * optimum / cfg["n_test"]) * rng.standard_normal(len(lengths))
+        runs = runs + (draw + test_term)[:, None]
     mean, lo, hi = _t_interval(runs)
     table = pd.DataFrame({"model": "linear", "prompt_length": lengths.astype(int), "n_ok": cfg["n_ok"],
                           "optimal_linear_attention_test_risk": optimum, "final_test_loss_mean": mean,
                           "final_test_loss_lo": lo, "final_test_loss_hi": hi})
-    return table.assign(sgd_excess_mean=excess, sgd_excess_se=0.01 * excess) if stiff else table
+    if not stiff:
+        return table
+    return table.assign(sgd_excess_mean=excess, sgd_excess_se=0.01 * excess, n_test_prompts=cfg["n_test"])
 
 
 def linear_outcome(rng, budget: str, ratio: float = 1.0, stiff: int | None = None) -> h.Outcome:
