@@ -13,6 +13,7 @@ from largeprompt.plots.style import REFERENCE_STYLE, apply_style, corrected_slop
 
 COLORS = {"gaussian": "tab:blue", "rademacher": "tab:orange", "uniform": "tab:green"}
 MARKERS = {"softmax": "o", "linear": "s"}
+COUPLED_DODGE = 1.15  # the coupled distances are drawn at 1.15 L, beside the distances to the flow at L
 
 
 def _slope_text(fit) -> str:
@@ -36,9 +37,14 @@ def _transfer_panel(ax, gaps, slopes):
         if np.isfinite(fit.get("slope", np.nan)):
             ax.plot([fit["fit_min_prompt_length"], fit["fit_max_prompt_length"]],
                     [fit["fit_gap_at_min"], fit["fit_gap_at_max"]], color=COLORS[measure], linewidth=1.3)
+        if "coupled_distance" in g and g["coupled_distance"].notna().any():
+            ax.scatter(g["prompt_length"] * COUPLED_DODGE, g["coupled_distance"], color=COLORS[measure], marker="x",
+                       s=14, linewidths=0.8)
     ax.set(xscale="log", yscale="log", xlabel="prompt length $L$",
            ylabel=r"$\sup_{t\leq T}\|\theta_L(t)-\theta_\infty(t)\|$ (softmax)")
-    ax.set_title("R4: SGD at $L$ against the flow of its own limit (dotted ▽: floor × factor; Thm 4.3: slope ≈ −1)")
+    coupled = "×: to the coupled $L=\\infty$ SGD run, drawn at 1.15 L; " if "coupled_distance" in soft else ""
+    ax.set_title(f"R4: SGD at $L$ against its own limit (●: to the flow, line: its fit; {coupled}dotted ▽: floor × "
+                 "factor; Thm 4.3: slope ≈ −1)")
 
 
 def _loss_panel(ax, table):
