@@ -66,7 +66,7 @@ def test_test_set_term_has_variance_four_excess_risk_over_n():
     """docs/theory.md#sgd-test-set-term on least squares (Σ₁ = 2R·H exactly, R = σ²): over many test sets of N
     prompts, the test-set difference R̂(w* + δ) − R̂(w*) at one fixed displacement δ has mean x = ½δᵀHδ and variance
     4·R·x/N + 2x²/N (the first-order term and the quadratic one), checked against the readings' constant."""
-    from largeprompt.ledger.readings import TEST_SET_VARIANCE_PER_EXCESS
+    from largeprompt.ledger.training_readings import TEST_SET_VARIANCE_PER_EXCESS
 
     rng = np.random.default_rng(11)
     d, sigma, n, n_sets = 4, 0.5, 400, 20_000

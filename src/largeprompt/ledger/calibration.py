@@ -16,8 +16,8 @@ the ledger's own code reads the data, unchanged, and the rate of ``disagrees`` o
 * ``bracket`` (R4): a coupled-design gaps table Δ = A_seed·L^{−p}(1 + b/L) with its L^{−1/2} noise, read by
   :func:`largeprompt.ledger.readings._bracket`.
 * ``fixed_query`` (R2.fixed_query): exceedance counts of every (κ, L, δ) cell, :func:`readings.fixed_query_bound`.
-* ``softmax`` / ``linear`` (R6): train tables with t-intervals over ok runs, :func:`readings.softmax_leading_order`
-  and :func:`readings.linear_at_optimum`.
+* ``softmax`` / ``linear`` (R6): train tables with t-intervals over ok runs, :func:`training_readings.softmax_leading_order`
+  and :func:`training_readings.linear_at_optimum`.
 * ``holm``: a ledger of m true nulls, :func:`largeprompt.ledger.claims.family_wise` against the unadjusted verdicts.
 """
 from __future__ import annotations

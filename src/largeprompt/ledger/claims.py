@@ -18,6 +18,7 @@ import pandas as pd
 
 from largeprompt.ledger import hypotheses as h
 from largeprompt.ledger import readings as r
+from largeprompt.ledger import training_readings as tr
 from largeprompt.ledger import verdicts as v
 
 COLUMNS = ["claim_id", "label", "kind", "claim", "quantity", "value", "ci_low", "ci_high", "predicted",
@@ -132,7 +133,7 @@ CLAIMS = [
           "two-sided z-test per L at 5% (seed and Monte Carlo standard errors), Bonferroni over L",
           "the excess is SGD's leading order in the step at the run's final weights; the runs may not have reached "
           "their stationary law",
-          "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.linear_at_optimum),
+          "training_vs_prompt_length", "train/training_prompt_lengths.parquet", tr.linear_at_optimum),
     Claim("R6.softmax", "R6", "derived", "Trained softmax attention's excess over σ² is its leading-order f(α*)/L "
           "({suffix})", "A of r(L) = A + B/L, r = L·excess / leading-order L·excess, over the L where the expansion "
           "is valid (weighted least squares, Birge-scaled)", "1 (docs/theory.md#softmax-finite-prompt-optimum)",
@@ -140,11 +141,11 @@ CLAIMS = [
           "is wider than ±0.25",
           "the expansion's remainder is o(1/L), modelled as B/L: a remainder decaying more slowly (B/√L) moves the fitted "
           "A towards 1; trained weights short of the valley's best scale would raise the excess, not lower it",
-          "training_vs_prompt_length", "train/training_prompt_lengths.parquet", r.softmax_leading_order),
+          "training_vs_prompt_length", "train/training_prompt_lengths.parquet", tr.softmax_leading_order),
     Claim("R6.beyond_linear", "R6", "derived", "Linear attention ends on its measure's R(Γ*) at every L ≥ 20 ({suffix})",
           "mean final test loss / R(Γ*), worst L", "1 + SGD's stationary excess / R(Γ*)", "as R6.linear",
           "as R6.linear", "beyond_gaussian",
-          "beyond_gaussian/prompt_lengths.parquet", r.linear_at_optimum),
+          "beyond_gaussian/prompt_lengths.parquet", tr.linear_at_optimum),
     Claim("optimum.rademacher", "finding", "finding", "With Rademacher covariates softmax's L = ∞ optimum is attained "
           "at finite weights and equals σ²", "min over attention scales of min_v R∞(v, cI)", "σ², attained",
           "agrees if the quadrature profile attains σ² to 1e-6 (deterministic)", "the profile is on a grid of scales",

@@ -30,7 +30,7 @@ TOKEN = re.compile(r"(?P<point>(?<=\d)\.(?=\d))|(?P<to>\.\.)|(?P<minus>-(?=\d))|
                    r"|(?P<other>.)", re.S)
 MISSING = "--"
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "#": r"\#", "$": r"\$", "%": r"\%", "&": r"\&",
-            "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+                 "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 FIXED_EXPONENTS = range(-3, 6)  # |x| in [0.001, 10⁶) is printed in fixed point, else in powers of ten
 MAX_DECIMALS = 15  # float64 carries no more
 

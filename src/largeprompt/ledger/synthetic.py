@@ -14,6 +14,7 @@ from scipy import stats
 from largeprompt.ledger import claims as ledger
 from largeprompt.ledger import hypotheses as h
 from largeprompt.ledger import readings as r
+from largeprompt.ledger import training_readings as tr
 from largeprompt.ledger import verdicts as v
 from largeprompt.maths.leading_terms import coefficient_with_bootstrap
 from largeprompt.maths.rates import loglog_exponent, percentile_ci, upper_half
@@ -215,7 +216,7 @@ def softmax_table(rng, budget: str, leading: float = 1.0) -> pd.DataFrame:
 
 def softmax_outcome(rng, budget: str, leading: float = 1.0) -> h.Outcome:
     table = softmax_table(rng, budget, leading)
-    rows = r.softmax_leading_order(lambda _: table, _claim("R6.softmax"))
+    rows = tr.softmax_leading_order(lambda _: table, _claim("R6.softmax"))
     return rows[0][1] if rows else h.two_sided(math.nan, math.nan, 1.0)
 
 
@@ -231,7 +232,7 @@ def linear_table(rng, budget: str, ratio: float = 1.0, stiff: int | None = None)
     excess = LINEAR_SGD_EXCESS * optimum
     if stiff:
         draw = excess * rng.chisquare(stiff, len(lengths)) / stiff
-        test_term = np.sqrt(4 * draw * optimum / cfg["n_test"]) * rng.standard_normal(len(lengths))
+        test_term = np.sqrt(tr.TEST_SET_VARIANCE_PER_EXCESS * draw * optimum / cfg["n_test"]) * rng.standard_normal(len(lengths))
         runs = runs + (draw + test_term)[:, None]
     mean, lo, hi = _t_interval(runs)
     table = pd.DataFrame({"model": "linear", "prompt_length": lengths.astype(int), "n_ok": cfg["n_ok"],
@@ -244,7 +245,7 @@ def linear_table(rng, budget: str, ratio: float = 1.0, stiff: int | None = None)
 
 def linear_outcome(rng, budget: str, ratio: float = 1.0, stiff: int | None = None) -> h.Outcome:
     table = linear_table(rng, budget, ratio, stiff)
-    return r.linear_at_optimum(lambda _: table, _claim("R6.linear"))[0][1]
+    return tr.linear_at_optimum(lambda _: table, _claim("R6.linear"))[0][1]
 
 
 # --- Holm over the ledger ----------------------------------------------------------------------------------------------

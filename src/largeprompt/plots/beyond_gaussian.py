@@ -42,7 +42,8 @@ def _transfer_panel(ax, gaps, slopes):
                        s=14, linewidths=0.8)
     ax.set(xscale="log", yscale="log", xlabel="prompt length $L$",
            ylabel=r"$\sup_{t\leq T}\|\theta_L(t)-\theta_\infty(t)\|$ (softmax)")
-    coupled = "×: to the coupled $L=\\infty$ SGD run, drawn at 1.15 L; " if "coupled_distance" in soft else ""
+    drawn = "coupled_distance" in soft and soft["coupled_distance"].notna().any()
+    coupled = f"×: to the coupled $L=\\infty$ SGD run, drawn at {COUPLED_DODGE:g} L; " if drawn else ""
     ax.set_title(f"R4: SGD at $L$ against its own limit (●: to the flow, line: its fit; {coupled}dotted ▽: floor × "
                  "factor; Thm 4.3: slope ≈ −1)")
 

@@ -35,22 +35,24 @@ def read_rate_tables(inputs, names=("error_statistics", "exponents", "rate_guide
     return {name: read_parquet(inputs[name]) for name in names}
 
 
-def concentration_figure(tables: dict, rows: list[tuple[str, str]], title: str, run: str | None):
-    """One row of three panels per (token measure, metric) of ``rows`` (:func:`draw_concentration_row`), the column
+def concentration_figure(tables: dict, metrics: tuple[str, ...], title: str, run: str | None):
+    """One row of three panels per (token measure, metric), ``metrics`` within each measure (:func:`draw_concentration_row`), the column
     titles on the top row, prompt lengths on the bottom row, one legend of tilts and line styles under them; rows
     shrink to fit a page (docs/architecture.md#print-size). The fitted exponents are figure ``rate_exponent``'s."""
+    measures = list(dict.fromkeys(tables["exponents"]["token_measure"]))
+    rows = [(measure, metric) for measure in measures for metric in metrics]
+    colours = c_palette(tables["exponents"]["c"].unique())
     fig = figure("text", row_height(len(rows), ROW_HEIGHT_IN, FIXED_HEIGHT_IN) * len(rows) + FIXED_HEIGHT_IN)
     grid = fig.subplots(len(rows), 3, squeeze=False, sharex=True)
     for panels, (measure, metric) in zip(grid, rows):
-        draw_concentration_row(panels, tables, metric, measure)
+        draw_concentration_row(panels, tables, metric, measure, colours)
     for ax, column in zip(grid[0], ("mean (dashed: predicted rate)", "median (solid), 90% quantile (dotted)",
                                     "local exponent of the mean (dashed: predicted)")):
         ax.set_title(column)
     for ax in grid[-1]:
         ax.set_xlabel("prompt length $L$")
-    c_values = sorted(tables["exponents"]["c"].unique())
-    handles = [Line2D([], [], color=colour, marker="o", ms=2.5) for colour in c_palette(c_values).values()]
-    labels = [f"$c$ = {c:g}" for c in c_values]
+    handles = [Line2D([], [], color=colour, marker="o", ms=2.5) for colour in colours.values()]
+    labels = [f"$c$ = {c:g}" for c in colours]
     handles += [Line2D([], [], color="grey", linestyle="--"), Line2D([], [], color="grey", linestyle=":")]
     labels += [r"predicted: $L^{-p(c)}$, $p(c) = \min(1,(\sqrt{1+4/c}-1)/2)$ (Gaussian); $L^{-1}$ (bounded tokens)",
                "90% quantile"]
@@ -59,12 +61,12 @@ def concentration_figure(tables: dict, rows: list[tuple[str, str]], title: str, 
     return fig
 
 
-def draw_concentration_row(panels, tables: dict, metric: str, measure: str) -> None:
+def draw_concentration_row(panels, tables: dict, metric: str, measure: str, colours: dict) -> None:
     """Three panels for one (token measure, metric): mean (+ predicted rate), median and 90% quantile, local
-    exponent (+ predicted exponent), every tilt c in its colour; the row is named by the first panel's y label."""
+    exponent (+ predicted exponent), every tilt c in its colour (``colours``: c → colour, :func:`c_palette`); the row is
+    named by the first panel's y label."""
     ax_mean, ax_med, ax_local = panels
     mine = {name: _rows(table, metric=metric, token_measure=measure) for name, table in tables.items()}
-    colours = c_palette(tables["exponents"]["c"].unique())
     for c in sorted(mine["exponents"]["c"].unique()):
         fit = _rows(mine["exponents"], c=c, statistic="mean").iloc[0]
         _draw_c(ax_mean, ax_med, ax_local, mine, _rows(mine["error_statistics"], c=c), c, colours[c], fit)
@@ -77,10 +79,10 @@ def draw_concentration_row(panels, tables: dict, metric: str, measure: str) -> N
     ax_local.set_ylim(-0.1, 1.5)
 
 
-def _draw_c(ax_mean, ax_med, ax_local, mine, stat, c, colour, fit) -> list:
-    """One c's curves and bands on the three panels; its legend handle."""
+def _draw_c(ax_mean, ax_med, ax_local, mine, stat, c, colour, fit) -> None:
+    """One c's curves and bands on the three panels."""
     mean = _rows(stat, statistic="mean").sort_values("prompt_length")
-    (line,) = ax_mean.plot(mean["prompt_length"], mean["estimate"], color=colour, marker="o", ms=2.5)
+    ax_mean.plot(mean["prompt_length"], mean["estimate"], color=colour, marker="o", ms=2.5)
     ax_mean.fill_between(mean["prompt_length"], mean["ci_low"], mean["ci_high"], color=colour, alpha=0.25, lw=0)
     guide = _rows(mine["rate_guides"], c=c, statistic="mean").sort_values("prompt_length")
     ax_mean.plot(guide["prompt_length"], guide["guide"], color=colour, linestyle="--", linewidth=1.1)
@@ -94,4 +96,3 @@ def _draw_c(ax_mean, ax_med, ax_local, mine, stat, c, colour, fit) -> list:
     ax_local.plot(local["prompt_length"], local["estimate"], color=colour, marker="o", ms=2.5)
     ax_local.fill_between(local["prompt_length"], local["ci_low"], local["ci_high"], color=colour, alpha=0.2, lw=0)
     ax_local.axhline(fit.predicted, color=colour, linestyle="--", linewidth=1.1)
-    return [line]

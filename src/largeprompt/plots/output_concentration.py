@@ -8,8 +8,7 @@ from largeprompt.plots.style import apply_style, save_figure
 def plot_output_concentration(inputs, outputs, params=None, rule="plot_output_concentration"):
     apply_style()
     tables = read_rate_tables(inputs)
-    measures = list(dict.fromkeys(tables["exponents"]["token_measure"]))
-    fig = concentration_figure(tables, [(m, "output") for m in measures],
+    fig = concentration_figure(tables, ("output",),
                                r"R2: finite-prompt outputs concentrate on the limit; predicted mean rate "
                                r"$L^{-\min(1,(\sqrt{1+4/c}-1)/2)}$ (up to logs), median rate $L^{-1}$",
                                (params or {}).get("run"))
